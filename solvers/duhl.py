@@ -1,0 +1,236 @@
+"""DuHL: duality-gap-guided block coordinate descent under a device memory budget.
+
+Dünner, Parnell, Jaggi, "Efficient Use of Limited-Memory Accelerators for
+Linear Learning on Heterogeneous Systems", NIPS 2017.
+
+The host holds all data, the coefficients ``a`` and a gap memory; the device
+holds the data of a budget of coordinates. Each round:
+
+1. the device runs ``local_epochs`` epochs of stochastic coordinate descent on
+   its resident block, then computes its coordinates' gaps at the new state;
+2. at the same time a host thread computes the gaps, at the round's start
+   state, of every coordinate whose gap there is not yet known (those not
+   resident last round), from a snapshot of (a, z);
+3. the host swaps in the coordinates with the largest gap memory (or the
+   block another policy asks for), copying only coordinates not yet resident.
+
+Steps 1 and 2 together give the exact duality gap of the round's start state
+(last round's device gaps + this round's host gaps, all at that state), so
+every reported gap is exact, never read from the stale gap memory. When the
+start state is certified to the tolerance, it is the one returned. With all
+data resident the device gaps alone certify the end state.
+"""
+
+import re
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from solvers.backend import make_block
+from solvers.selection import Policy
+from solvers.trace import Trace
+
+_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+          "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*$")
+
+
+def _budget_error(value):
+    return ValueError("The 'memory_budget' parameter of DuHL must be None, a float in (0, 1] "
+                      f"or a size like '2GB'. Got {value!r} instead.")
+
+
+def parse_budget(memory_budget, total_bytes):
+    """Bytes the device may hold: None -> all, a fraction of the data, or a size string."""
+    if memory_budget is None:
+        return None
+    if isinstance(memory_budget, str):
+        match = _SIZE.match(memory_budget)
+        if not match or match.group(2).upper() not in _UNITS:
+            raise _budget_error(memory_budget)
+        return int(float(match.group(1)) * _UNITS[match.group(2).upper()])
+    if isinstance(memory_budget, (bool, np.bool_)) or not isinstance(
+            memory_budget, (int, float, np.integer, np.floating)):
+        raise _budget_error(memory_budget)
+    if not 0.0 < memory_budget <= 1.0:
+        raise _budget_error(memory_budget)
+    return int(memory_budget * total_bytes)
+
+
+@dataclass
+class DuHLResult:
+    a: np.ndarray
+    v: np.ndarray
+    trace: pd.DataFrame
+    status: str          # "converged", "max_epochs" or "max_time"
+    primal: float
+    dual: float
+    gap: float
+    rel_gap: float
+    time_s: float
+    epochs: float
+    bytes_h2d: int
+    n_rounds: int
+
+    @property
+    def converged(self):
+        return self.status == "converged"
+
+
+class DuHL:
+    """Gap-guided block coordinate descent with ``memory_budget`` of the data on the device.
+
+    Parameters
+    ----------
+    memory_budget : None, float in (0, 1] or str
+        The device's share of the data's bytes, or a size such as "512MB";
+        None holds everything (plain in-memory stochastic coordinate descent).
+    selection : {"gap", "random", "sequential", "importance"}
+        Which coordinates live on the device; "gap" is DuHL.
+    local_epochs : int
+        Device epochs over its block per round.
+    tol : float
+        Stop once rel_gap = gap / P(0) <= tol.
+    max_epochs : float
+        Stop after this many epochs (coordinate updates / coordinates).
+    max_time : float or None
+        Stop after this many seconds.
+    device : str
+        Where the block lives ("cpu").
+    random_state : None, int or numpy Generator
+        Seeds the coordinate order and random block choices.
+    callback : callable(row: dict) or None
+        Sees every trace row as it is recorded.
+    """
+
+    def __init__(self, memory_budget=None, selection="gap", local_epochs=1, tol=1e-6,
+                 max_epochs=1000, max_time=None, device="cpu", random_state=None, callback=None):
+        self.memory_budget = memory_budget
+        self.selection = selection
+        self.local_epochs = local_epochs
+        self.tol = tol
+        self.max_epochs = max_epochs
+        self.max_time = max_time
+        self.device = device
+        self.random_state = random_state
+        self.callback = callback
+
+    def _validate(self):
+        if not isinstance(self.local_epochs, (int, np.integer)) or self.local_epochs < 1:
+            raise ValueError("The 'local_epochs' parameter of DuHL must be an int >= 1. "
+                             f"Got {self.local_epochs!r} instead.")
+        if not (isinstance(self.tol, (int, float)) and self.tol >= 0):
+            raise ValueError(f"The 'tol' parameter of DuHL must be a float >= 0. Got {self.tol!r} instead.")
+        if not (isinstance(self.max_epochs, (int, float)) and self.max_epochs > 0):
+            raise ValueError("The 'max_epochs' parameter of DuHL must be a number > 0. "
+                             f"Got {self.max_epochs!r} instead.")
+        if self.max_time is not None and not (isinstance(self.max_time, (int, float))
+                                              and self.max_time > 0):
+            raise ValueError("The 'max_time' parameter of DuHL must be None or a number > 0. "
+                             f"Got {self.max_time!r} instead.")
+
+    def _budget_bytes(self, problem):
+        coord_bytes = problem.coord_bytes
+        total = int(coord_bytes.sum())
+        budget = parse_budget(self.memory_budget, total)
+        if budget is None:
+            return None, total
+        if budget > total:
+            raise ValueError(f"The 'memory_budget' parameter of DuHL ({self.memory_budget!r} = "
+                             f"{budget} bytes) is above the data's {total} bytes; use None to "
+                             "hold all data.")
+        largest = int(coord_bytes.max())
+        if budget < largest:
+            raise ValueError(f"The 'memory_budget' parameter of DuHL ({self.memory_budget!r} = "
+                             f"{budget} bytes) is below one coordinate's data ({largest} bytes).")
+        return budget, budget
+
+    def solve(self, problem, a0=None):
+        self._validate()
+        budget, budget_eff = self._budget_bytes(problem)
+        rng = np.random.default_rng(self.random_state)
+        t0 = time.perf_counter()
+        n = problem.n_coords
+        tol_abs = self.tol * problem.P0
+        trace = Trace(self.callback)
+
+        a = np.zeros(n) if a0 is None else np.array(a0, dtype=np.float64)
+        if a0 is None:
+            z, off = -problem.c * problem.b, np.zeros(1)
+        else:
+            z, off = problem.state_from(a)
+        state = (a, z, off)
+        block = make_block(problem, budget, self.device)
+        policy = Policy(self.selection, problem.coord_bytes, budget_eff, problem.sqnorm, rng)
+
+        def record(rnd, st, gap, updates, swaps):
+            primal, dual, _ = problem.objectives(*st, gap=gap)
+            trace.record(round=rnd, time_s=time.perf_counter() - t0, epoch=updates / n,
+                         primal=primal, dual=dual, gap=gap, rel_gap=gap / problem.P0 if problem.P0 > 0 else 0.0,
+                         bytes_h2d=block.bytes_h2d, swaps=swaps, n_resident=len(block.resident()))
+
+        # gaps at the start state, all known: the first selection and round 0's row
+        gap_memory = problem.coordinate_gaps(a, z, off)
+        fresh = np.ones(n, dtype=bool)      # coordinates whose gap at the current state is known
+        fresh_sum = float(gap_memory.sum())
+        updates, swaps, rnd = 0, 0, 0
+        record(0, state, fresh_sum, 0, 0)
+        status = "converged" if fresh_sum <= tol_abs else None
+        certified = True                     # the current state's gap is known and recorded
+        resident = np.zeros(n, dtype=bool)
+
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="duhl-host") as host:
+            while status is None:
+                chosen = policy.select(gap_memory, resident)
+                swaps += block.assign(chosen)
+                resident[:] = False
+                resident[chosen] = True
+                rnd += 1
+
+                snapshot = (a.copy(), z.copy(), off.copy())
+                start_updates, start_swaps = updates, swaps
+                stale = np.flatnonzero(~fresh)
+                job = host.submit(problem.coordinate_gaps, *snapshot, stale) if stale.size else None
+                for _ in range(self.local_epochs):
+                    updates += block.epoch(state, rng)
+                dev_coords, dev_gaps = block.gaps(state)
+                host_gaps = job.result() if job is not None else None
+
+                if host_gaps is not None:  # the start state's gap is now exact
+                    gap_start = fresh_sum + float(host_gaps.sum())
+                    record(rnd - 1, snapshot, gap_start, start_updates, start_swaps)
+                    if gap_start <= tol_abs:
+                        a[:], z[:], off[:] = snapshot
+                        status = "converged"
+                        break
+                    gap_memory[stale] = host_gaps
+                gap_memory[dev_coords] = dev_gaps
+                fresh[:] = False
+                fresh[dev_coords] = True
+                fresh_sum = float(dev_gaps.sum())
+                certified = bool(fresh.all())
+                if certified:  # all coordinates resident: the end state is certified too
+                    record(rnd, state, fresh_sum, updates, swaps)
+                    if fresh_sum <= tol_abs:
+                        status = "converged"
+                        break
+                if updates >= self.max_epochs * n:
+                    status = "max_epochs"
+                elif self.max_time is not None and time.perf_counter() - t0 >= self.max_time:
+                    status = "max_time"
+
+        if not certified and status != "converged":
+            # the last round's end state has no exact gap yet: one more pass gives it
+            record(rnd, state, float(problem.coordinate_gaps(a, z, off).sum()), updates, swaps)
+        elapsed = trace.rows[-1]["time_s"]
+        frame = trace.frame()
+        # re-evaluate from a alone (outside the timed loop): no drift in z can hide in the result
+        z, off = problem.state_from(a)
+        primal, dual, gap = problem.objectives(a, z, off)
+        v = z / problem.c + problem.b
+        return DuHLResult(a=a, v=v, trace=frame, status=status, primal=primal, dual=dual, gap=gap,
+                          rel_gap=gap / problem.P0 if problem.P0 > 0 else 0.0, time_s=elapsed,
+                          epochs=updates / n, bytes_h2d=block.bytes_h2d, n_rounds=rnd)

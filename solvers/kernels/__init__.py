@@ -1,0 +1,1 @@
+"""Compute kernels: ``cpu`` (Numba, nogil, cached); GPU kernels come with the GPU backend."""
