@@ -1,0 +1,45 @@
+# duhl-lab: two commands set everything up on a fresh machine:
+#   make experiment    # the default DuHL comparison (creates .venv on first use)
+#   make test          # the test suite (without the gpu and slow markers)
+# Run `make help` for the rest.
+
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+# The install is redone only when pyproject.toml changes (or the venv is new).
+STAMP  := $(VENV)/.stamp-install-$(shell cksum < pyproject.toml | cut -d' ' -f1)
+ARGS   ?=
+PORT   ?= 5000
+MLFLOW_DB ?= mlflow.db
+
+.DEFAULT_GOAL := help
+.PHONY: help install experiment sweep ui test bench
+
+help:  ## this list
+	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
+	@echo '  ARGS="..." passes Hydra overrides, e.g. make experiment ARGS="experiment=duhl_svm"'
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install -e ".[dev]"
+	rm -f $(VENV)/.stamp-install-* && touch $@
+
+install: $(STAMP)  ## create .venv and install the project (once per pyproject.toml)
+
+experiment: $(STAMP)  ## run the default experiment (ARGS="key=value ..." for overrides)
+	$(PY) -m pipelines.experiment $(ARGS)
+
+sweep: $(STAMP)  ## an example multirun: device budgets x models, one MLflow sweep run
+	$(PY) -m pipelines.experiment -m device.memory_budget=0.1,0.25,0.5 model=lasso,svm $(ARGS)
+
+ui: $(STAMP)  ## the MLflow UI on http://127.0.0.1:$(PORT) over ./mlflow.db (PORT=...)
+	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false $(VENV)/bin/mlflow ui \
+	  --backend-store-uri sqlite:///$(MLFLOW_DB) --host 127.0.0.1 --port $(PORT) --workers 1
+
+test: $(STAMP)  ## the tests without the gpu and slow markers
+	$(PY) -m pytest -m "not gpu and not slow" $(ARGS)
+
+bench: $(STAMP)  ## benchmarks (pipelines.bench)
+	$(PY) -m pipelines.bench $(ARGS)

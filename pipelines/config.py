@@ -1,0 +1,143 @@
+"""Structured configs: the schema Hydra checks every composed config against.
+
+The top level and each group option have a dataclass, stored in Hydra's
+ConfigStore; the YAML files in conf/ extend them (``defaults: [<x>_schema]``),
+so an unknown key or a value of the wrong type fails while Hydra composes the
+config, with its one-line message, before any data is made. Range checks that
+a type cannot express (n_samples >= 1, memory_budget in (0, 1]) are the
+components' own validation, run by ``pipelines.experiment`` at start-up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+from tasks.data import LibsvmData, SklearnData, SyntheticDenseData, SyntheticSparseData
+
+
+# Models: the keys are make_problem's keyword arguments (plus the model's name).
+@dataclass
+class LassoModel:
+    name: str = "lasso"
+    alpha: float = 1.0
+    fit_intercept: bool = True
+
+
+@dataclass
+class ElasticNetModel:
+    name: str = "elastic_net"
+    alpha: float = 1.0
+    l1_ratio: float = 0.5
+    fit_intercept: bool = True
+
+
+@dataclass
+class RidgeModel:
+    name: str = "ridge"
+    alpha: float = 1.0
+    fit_intercept: bool = True
+
+
+@dataclass
+class SvmModel:
+    name: str = "svm"
+    C: float = 1.0
+    loss: str = "hinge"
+    fit_intercept: bool = True
+    intercept_scaling: float = 1.0
+
+
+@dataclass
+class LogisticModel:
+    name: str = "logistic"
+    C: float = 1.0
+    fit_intercept: bool = True
+    intercept_scaling: float = 1.0
+
+
+@dataclass
+class SolverConfig:
+    """Settings every arm shares; an arm overrides some of them."""
+
+    name: str = "duhl"
+    selection: str = "gap"
+    local_epochs: int = 1
+    max_epochs: float = 500
+    random_state: Optional[int] = 0
+
+
+@dataclass
+class DeviceConfig:
+    name: str = "cpu"
+    # A fraction of the data's bytes in (0, 1], a size like "512MB", or null
+    # (all data on the device). Any: OmegaConf has no float-or-str type.
+    memory_budget: Any = 0.25
+
+
+@dataclass
+class ClusterConfig:
+    name: str = "none"
+
+
+@dataclass
+class TrackingConfig:
+    enabled: bool = True
+    uri: Optional[str] = None  # None: $MLFLOW_TRACKING_URI, else sqlite:///<project>/mlflow.db
+    experiment_name: str = "${experiment.name}"
+    flush_every_s: float = 5.0  # metrics are buffered and sent in batches
+
+
+@dataclass
+class ExperimentSpec:
+    name: str = "duhl"
+    target_rel_gap: float = 1e-6  # every arm runs to this rel_gap ...
+    max_time: Optional[float] = 60.0  # ... or this many seconds (per arm)
+    main_arm: str = "gap"  # the arm whose speedups are reported
+    baselines: List[str] = field(default_factory=lambda: ["sequential", "random"])
+    # name -> overrides of the solver settings (keys of SolverConfig, or
+    # memory_budget / max_time); empty = one arm with the solver as configured.
+    arms: Dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Config:
+    model: Any = MISSING
+    data: Any = MISSING
+    solver: SolverConfig = field(default_factory=SolverConfig)
+    device: DeviceConfig = field(default_factory=DeviceConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    experiment: ExperimentSpec = field(default_factory=ExperimentSpec)
+    seed: int = 0
+    progress: bool = True  # progress bars (only ever on a terminal)
+    cache_dir: str = ".cache/data"  # relative paths start at the project root
+
+
+# group -> {schema name in ConfigStore: dataclass}; a YAML option extends one.
+SCHEMAS = {
+    "model": {"lasso_schema": LassoModel, "elastic_net_schema": ElasticNetModel,
+              "ridge_schema": RidgeModel, "svm_schema": SvmModel, "logistic_schema": LogisticModel},
+    "data": {"synthetic_dense_schema": SyntheticDenseData, "synthetic_sparse_schema": SyntheticSparseData,
+             "libsvm_schema": LibsvmData, "sklearn_schema": SklearnData},
+    "solver": {"solver_schema": SolverConfig},
+    "device": {"device_schema": DeviceConfig},
+    "cluster": {"cluster_schema": ClusterConfig},
+    "tracking": {"tracking_schema": TrackingConfig},
+}
+
+
+def is_schema(option: str) -> bool:
+    """True for the ConfigStore schemas that appear beside the YAML options of a group."""
+    return option.endswith("_schema")
+
+
+def register_configs() -> None:
+    cs = ConfigStore.instance()
+    cs.store(name="base_config", node=Config)
+    for group, schemas in SCHEMAS.items():
+        for name, node in schemas.items():
+            cs.store(group=group, name=name, node=node)

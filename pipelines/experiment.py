@@ -1,0 +1,161 @@
+"""``python -m pipelines.experiment``: compose the config, make the data, run
+every arm of the experiment, track it in MLflow and report.
+
+    python -m pipelines.experiment                          # the default comparison
+    python -m pipelines.experiment experiment=duhl_svm      # another preset
+    python -m pipelines.experiment -m device.memory_budget=0.1,0.25,0.5 model=lasso,svm
+
+Order matters: every check that needs no data runs first (one-line error, no
+data made, no run opened); then one parent run holds the experiment and one
+nested run per arm. See README.md for the config groups.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+from rich.console import Console
+
+from pipelines import progress, report
+from pipelines.config import SolverConfig, register_configs
+from pipelines.tracking import PROJECT_ROOT, SWEEP_PARENT_ENV, flatten, open_tracker, run_tags
+from tasks.data import load_dataset, resolve_path, validate_data_config
+from tasks.solve import build_problem, check_model, make_solver, run_arm, warmup
+
+log = logging.getLogger(__name__)
+register_configs()
+
+SOLVER_KEYS = {f.name for f in dataclasses.fields(SolverConfig)}
+ARM_KEYS = SOLVER_KEYS | {"memory_budget", "max_time"}  # what an arm may override
+
+
+@dataclass
+class Plan:
+    """The checked experiment: what to make and what to run."""
+
+    data: Any  # a tasks.data config dataclass
+    model: Dict[str, Any]
+    arms: Dict[str, Dict[str, Any]]  # arm name -> solver settings (constructor arguments + name)
+    main_arm: str
+    baselines: List[str]
+    target_rel_gap: float
+
+
+def plan_experiment(cfg: DictConfig) -> Plan:
+    """Every check that needs no data. Raises ValueError (one line) on a bad setting."""
+    if cfg.cluster.name != "none":
+        raise ValueError(f"The 'name' parameter of cluster must be 'none' for now. Got {cfg.cluster.name!r} instead.")
+    data = validate_data_config(OmegaConf.to_container(cfg.data, resolve=True))
+    model = OmegaConf.to_container(cfg.model, resolve=True)
+    check_model(model)
+    exp = cfg.experiment
+    if not exp.target_rel_gap > 0:
+        raise ValueError(f"The 'target_rel_gap' parameter of experiment must be a float > 0. Got {exp.target_rel_gap!r} instead.")
+    base = {**OmegaConf.to_container(cfg.solver, resolve=True), "memory_budget": cfg.device.memory_budget,
+            "device": cfg.device.name, "tol": exp.target_rel_gap, "max_time": exp.max_time}
+    deltas = OmegaConf.to_container(exp.arms, resolve=True) or {cfg.solver.selection: {}}
+    arms = {}
+    for name, delta in deltas.items():
+        delta = delta or {}
+        if not isinstance(delta, dict):
+            raise ValueError(f"Arm '{name}' must be a mapping of solver settings. Got {delta!r} instead.")
+        unknown = sorted(set(delta) - ARM_KEYS)
+        if unknown:
+            raise ValueError(f"Arm '{name}' has unknown key(s) {unknown}. Known: {sorted(ARM_KEYS)}.")
+        # Type-check the solver keys against the schema, as Hydra does for the top level.
+        OmegaConf.merge(OmegaConf.structured(SolverConfig), {k: v for k, v in delta.items() if k in SOLVER_KEYS})
+        arms[name] = {**base, **delta}
+        make_solver(arms[name])  # the solver's own validation
+    for role, names in (("main_arm", [exp.main_arm]), ("baselines", list(exp.baselines))):
+        missing = [n for n in names if n not in arms]
+        if missing:
+            raise ValueError(f"The '{role}' parameter of experiment names arm(s) {missing} that are not in "
+                             f"experiment.arms {sorted(arms)}.")
+    return Plan(data, model, arms, exp.main_arm, list(exp.baselines), float(exp.target_rel_gap))
+
+
+def run_experiment(cfg: DictConfig, output_dir: Path) -> Dict[str, Dict[str, float]]:
+    started = time.perf_counter()
+    try:
+        plan = plan_experiment(cfg)
+    except (ValueError, TypeError, OmegaConfBaseException) as error:
+        message = " ".join(str(error).split("\n")[0:1])  # OmegaConf adds full_key lines
+        raise SystemExit(f"Error: {message}") from None
+    console = Console()
+    if not console.is_terminal:  # logs and pipes: wide enough for the table
+        console = Console(width=max(console.width, 120))
+    show = progress.wanted(cfg.progress)
+    output_dir = Path(output_dir)
+    tracker = open_tracker(cfg.tracking)
+    tags = run_tags(cfg.device.name)
+
+    with tracker.run(cfg.experiment.name, os.environ.get(SWEEP_PARENT_ENV), tags) as parent_id:
+        tracker.log_params(parent_id, flatten(OmegaConf.to_container(cfg, resolve=True)))
+
+        with progress.data_progress(show, f"data {plan.data.name}") as update:
+            dataset = load_dataset(plan.data, resolve_path(cfg.cache_dir, PROJECT_ROOT), PROJECT_ROOT, update)
+        console.print(f"data: {plan.data.name} {dataset.shape[0]} x {dataset.shape[1]}, "
+                      f"{dataset.nbytes / 1e6:.1f} MB ({dataset.path})")
+        problem = build_problem(plan.model, dataset.X, dataset.y)
+        warmup_s = warmup()
+        console.print(f"warm-up (kernel compilation): {warmup_s:.2f}s, not counted in any arm")
+
+        traces, stats = {}, {}
+        (output_dir / "traces").mkdir(parents=True, exist_ok=True)
+        for name, settings in plan.arms.items():
+            with tracker.run(name, parent_id, {**tags, "arm": name}) as arm_id:
+                tracker.log_params(arm_id, {"arm": name, **settings})
+                with progress.arm_progress(show, name, plan.target_rel_gap) as bar:
+                    def on_row(row: dict) -> None:
+                        bar(row)
+                        tracker.log_round(arm_id, row)
+
+                    result = run_arm(problem, settings, callback=on_row)
+                traces[name] = result.trace
+                stats[name] = report.arm_stats(result.trace, plan.target_rel_gap, result.status)
+                tracker.log_metrics(arm_id, stats[name].run_metrics())
+                csv = output_dir / "traces" / f"{name}.csv"
+                result.trace.to_csv(csv, index=False)
+                tracker.log_artifact(arm_id, csv)
+            log.info("arm %s: %s, rel_gap %.2e after %.2fs", name, result.status, result.rel_gap, result.time_s)
+
+        console.print(report.table(stats, plan.baselines, plan.target_rel_gap))
+        plots = report.save_plots(traces, plan.target_rel_gap, output_dir)
+        verdict = report.verdict(stats, plan.main_arm, plan.baselines, plan.target_rel_gap)
+        console.print(f"[bold]{verdict}[/bold]")
+        console.print(f"plots: {', '.join(str(p) for p in plots)}")
+
+        speedups = report.speedup_metrics(stats, plan.main_arm)
+        tracker.set_tags(parent_id, {"verdict": verdict, "main_arm": plan.main_arm})
+        for path in plots:
+            tracker.log_artifact(parent_id, path)
+        tracker.log_artifact(parent_id, output_dir / ".hydra", ".hydra")
+        tracker.log_artifact(parent_id, output_dir / "traces", "traces")
+        wall_s = time.perf_counter() - started
+        overhead = tracker.seconds / wall_s
+        tracker.log_metrics(parent_id, {**speedups, "warmup_s": warmup_s, "wall_s": wall_s,
+                                        "tracking_overhead": overhead})
+    if tracker.enabled:
+        console.print(f"tracking: {tracker.seconds:.2f}s in MLflow = {overhead:.1%} of {wall_s:.1f}s "
+                      f"wall time ({tracker.uri})")
+    return {name: {**s.run_metrics(), **({"speedups": speedups} if name == plan.main_arm else {})}
+            for name, s in stats.items()}
+
+
+@hydra.main(config_path="../conf", config_name="config", version_base="1.3")
+def main(cfg: DictConfig) -> Dict[str, Dict[str, float]]:
+    return run_experiment(cfg, Path(HydraConfig.get().runtime.output_dir))
+
+
+if __name__ == "__main__":
+    main()

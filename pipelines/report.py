@@ -1,0 +1,140 @@
+"""The end of an experiment: per-arm numbers, speedups, a table, plots, a verdict.
+
+Everything here is computed from the arms' traces (flat rows in the metric
+vocabulary), never from a solver's internals, so any solver's arms compare.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Mapping, Optional
+
+import pandas as pd
+from rich.table import Table
+
+
+@dataclass
+class ArmStats:
+    """One arm's result against the experiment's target rel_gap."""
+
+    reached: bool
+    time_to_target_s: float  # NaN when the target was not reached
+    epochs_to_target: float
+    bytes_to_target: float
+    final_rel_gap: float
+    time_s: float  # the whole run
+    epochs: float
+    bytes_h2d: float
+    status: str = ""
+
+    def run_metrics(self) -> Dict[str, float]:
+        """The per-run metrics of the vocabulary (to-target ones only when reached)."""
+        metrics = {"final_rel_gap": self.final_rel_gap, "reached_target": float(self.reached)}
+        if self.reached:
+            metrics.update(time_to_target_s=self.time_to_target_s, epochs_to_target=self.epochs_to_target,
+                           bytes_to_target=self.bytes_to_target)
+        return metrics
+
+
+def arm_stats(trace: pd.DataFrame, target_rel_gap: float, status: str = "") -> ArmStats:
+    last = trace.iloc[-1]
+    hits = trace[trace["rel_gap"] <= target_rel_gap]
+    first = hits.iloc[0] if len(hits) else None
+    nan = math.nan
+    return ArmStats(
+        reached=first is not None,
+        time_to_target_s=float(first["time_s"]) if first is not None else nan,
+        epochs_to_target=float(first["epoch"]) if first is not None else nan,
+        bytes_to_target=float(first["bytes_h2d"]) if first is not None else nan,
+        final_rel_gap=float(last["rel_gap"]),
+        time_s=float(last["time_s"]), epochs=float(last["epoch"]), bytes_h2d=float(last["bytes_h2d"]),
+        status=status)
+
+
+@dataclass
+class Speedup:
+    value: float  # baseline's time to target / this arm's time to target
+    lower_bound: bool  # the baseline never reached the target: its whole run time was used
+
+    def __str__(self) -> str:
+        return f"{'>' if self.lower_bound else ''}{self.value:.1f}x"
+
+
+def speedup(arm: ArmStats, baseline: ArmStats) -> Optional[Speedup]:
+    """None when the arm itself did not reach the target (nothing to compare)."""
+    if not arm.reached or arm.time_to_target_s <= 0:
+        return None
+    if baseline.reached:
+        return Speedup(baseline.time_to_target_s / arm.time_to_target_s, False)
+    return Speedup(baseline.time_s / arm.time_to_target_s, True)
+
+
+def speedup_metrics(stats: Mapping[str, ArmStats], main_arm: str) -> Dict[str, float]:
+    """speedup_vs_<arm> of the main arm against every other arm (for the parent run)."""
+    metrics = {}
+    for name, other in stats.items():
+        s = speedup(stats[main_arm], other) if main_arm in stats and name != main_arm else None
+        if s is not None:
+            metrics[f"speedup_vs_{name}"] = s.value
+    return metrics
+
+
+def table(stats: Mapping[str, ArmStats], baselines: List[str], target_rel_gap: float) -> Table:
+    t = Table(title=f"To rel_gap <= {target_rel_gap:g} ('>': not reached, the whole run shown)")
+    for column in ("arm", "status", "time (s)", "epochs", "GB host->device", "final rel_gap",
+                   *(f"speedup vs {b}" for b in baselines)):
+        t.add_column(column, justify="left" if column in ("arm", "status") else "right")
+    for name, s in stats.items():
+        # Bytes to the target when it was reached, else all bytes the run moved.
+        moved = s.bytes_to_target if s.reached else s.bytes_h2d
+        cells = [name, s.status,
+                 f"{s.time_to_target_s:.2f}" if s.reached else f"> {s.time_s:.2f}",
+                 f"{s.epochs_to_target:.1f}" if s.reached else f"> {s.epochs:.1f}",
+                 f"{moved / 1e9:.3f}", f"{s.final_rel_gap:.2e}"]
+        for b in baselines:
+            sp = speedup(s, stats[b]) if b in stats and b != name else None
+            cells.append(str(sp) if sp else "-")
+        t.add_row(*cells)
+    return t
+
+
+def verdict(stats: Mapping[str, ArmStats], main_arm: str, baselines: List[str],
+            target_rel_gap: float) -> str:
+    main = stats.get(main_arm)
+    if main is None:
+        return f"No arm named '{main_arm}' ran."
+    if not main.reached:
+        return (f"{main_arm} did not reach rel_gap {target_rel_gap:g} "
+                f"(final {main.final_rel_gap:.2e} after {main.time_s:.1f}s, {main.status}).")
+    parts = []
+    for b in baselines:
+        sp = speedup(main, stats[b]) if b in stats else None
+        if sp is not None:
+            parts.append(f"{sp} vs {b}")
+    compared = "; speedup " + ", ".join(parts) if parts else ""
+    return f"{main_arm} reached rel_gap {target_rel_gap:g} in {main.time_to_target_s:.2f}s{compared}."
+
+
+def save_plots(traces: Mapping[str, pd.DataFrame], target_rel_gap: float, out_dir: Path) -> List[Path]:
+    """rel_gap against time and against bytes moved host->device, one line per arm."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only; no display needed
+    import matplotlib.pyplot as plt
+
+    paths = []
+    for x, label, scale, name in (("time_s", "time (s)", 1.0, "rel_gap_vs_time.png"),
+                                  ("bytes_h2d", "GB moved host -> device", 1e-9, "rel_gap_vs_bytes.png")):
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for arm, trace in traces.items():
+            ax.plot(trace[x] * scale, trace["rel_gap"], label=arm)
+        ax.axhline(target_rel_gap, color="grey", linestyle=":", label="target")
+        ax.set(yscale="log", xlabel=label, ylabel="relative duality gap")
+        ax.legend()
+        fig.tight_layout()
+        paths.append(Path(out_dir) / name)
+        fig.savefig(paths[-1], dpi=120)
+        plt.close(fig)
+    return paths

@@ -1,0 +1,212 @@
+"""MLflow tracking: explicit run ids, batched metrics, and the cost measured.
+
+``MlflowClient`` rather than the fluent API: runs are nested by id (sweep ->
+experiment -> arm) with no hidden global "active run", which matters when one
+process runs several Hydra jobs. Every call goes through ``Tracker.timed`` so
+the experiment can report what tracking cost (goal: <= 2% of wall time).
+Per-round metrics are buffered and sent with ``log_batch`` (one call costs
+~5 ms on sqlite, so one call per round would dominate a fast solver).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Mapping, Optional
+
+import pandas as pd
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+# Set by the sweep callback so that every job of a multirun nests under one run.
+SWEEP_PARENT_ENV = "DUHL_SWEEP_PARENT_RUN_ID"
+SWEEP_EXPERIMENT_ENV = "DUHL_SWEEP_EXPERIMENT_ID"
+# The per-round names of ARCHITECTURE.md's vocabulary; other trace columns go to the CSV only.
+ROUND_METRICS = ("time_s", "epoch", "primal", "dual", "gap", "rel_gap", "bytes_h2d", "swaps",
+                 "bits_sent", "suboptimality", "train_loss", "test_accuracy", "staleness_mean")
+MAX_METRICS_PER_BATCH = 1000  # MLflow's limit for log_batch
+MAX_PARAMS_PER_BATCH = 100
+
+
+def resolve_tracking_uri(uri: Optional[str]) -> str:
+    """tracking.uri, else $MLFLOW_TRACKING_URI, else sqlite:///<project root>/mlflow.db."""
+    return uri or os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{PROJECT_ROOT / 'mlflow.db'}"
+
+
+def flatten(config: Mapping[str, Any]) -> Dict[str, str]:
+    """{'data': {'n_samples': 5}} -> {'data.n_samples': '5'} (MLflow params are strings)."""
+    flat = pd.json_normalize(config, sep=".").iloc[0].to_dict() if config else {}
+    return {key: str(value) for key, value in flat.items()}
+
+
+def run_tags(device: str) -> Dict[str, str]:
+    """git commit (with a '-dirty' mark), host, device."""
+    def git(*args: str) -> str:
+        try:
+            return subprocess.run(["git", *args], cwd=PROJECT_ROOT, capture_output=True,
+                                  text=True, timeout=10).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+
+    commit = git("rev-parse", "HEAD") or "unknown"
+    dirty = "-dirty" if git("status", "--porcelain", "--untracked-files=no") else ""
+    return {"git_commit": commit + dirty, "mlflow.source.git.commit": commit,
+            "host": socket.gethostname(), "device": device}
+
+
+class Tracker:
+    """One MLflow experiment; runs are opened and closed by id."""
+
+    enabled = True
+
+    def __init__(self, uri: Optional[str], experiment_name: str, flush_every_s: float = 5.0,
+                 experiment_id: Optional[str] = None):
+        self.seconds = 0.0  # time spent in MLflow (imports and calls)
+        self.flush_every_s = flush_every_s
+        self._pending: Dict[str, List[Any]] = {}
+        self._last_flush = time.perf_counter()
+        with self.timed():
+            from mlflow.tracking import MlflowClient
+
+            self.uri = resolve_tracking_uri(uri)
+            self.client = MlflowClient(tracking_uri=self.uri)
+            self.experiment_id = experiment_id or self._experiment(experiment_name)
+
+    @contextmanager
+    def timed(self) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds += time.perf_counter() - start
+
+    def _experiment(self, name: str) -> str:
+        from mlflow.exceptions import MlflowException
+
+        found = self.client.get_experiment_by_name(name)
+        if found is not None:
+            return found.experiment_id
+        location = None
+        if self.uri.startswith("sqlite:///"):  # artifacts beside the database, not in the cwd
+            location = (Path(self.uri[len("sqlite:///"):]).resolve().parent / "mlartifacts").as_uri()
+        try:
+            return self.client.create_experiment(name, artifact_location=location)
+        except MlflowException:  # a concurrent job created it first
+            return self.client.get_experiment_by_name(name).experiment_id
+
+    # ----------------------------------------------------------- runs ---
+    def start_run(self, name: str, parent_id: Optional[str] = None,
+                  tags: Optional[Mapping[str, str]] = None) -> str:
+        tags = dict(tags or {})
+        if parent_id:
+            tags["mlflow.parentRunId"] = parent_id
+        with self.timed():
+            return self.client.create_run(self.experiment_id, run_name=name, tags=tags).info.run_id
+
+    def end_run(self, run_id: str, status: str = "FINISHED") -> None:
+        self.flush(run_id)
+        with self.timed():
+            self.client.set_terminated(run_id, status=status)
+
+    @contextmanager
+    def run(self, name: str, parent_id: Optional[str] = None,
+            tags: Optional[Mapping[str, str]] = None) -> Iterator[str]:
+        """A run that ends FINISHED, FAILED (error tagged) or KILLED (Ctrl-C), never RUNNING."""
+        run_id = self.start_run(name, parent_id, tags)
+        try:
+            yield run_id
+        except (KeyboardInterrupt, SystemExit):
+            self._close_quietly(run_id, "KILLED")
+            raise
+        except BaseException as error:
+            self.set_tags(run_id, {"error": f"{type(error).__name__}: {error}"[:5000]})
+            self._close_quietly(run_id, "FAILED")
+            raise
+        else:
+            self.end_run(run_id)
+
+    def _close_quietly(self, run_id: str, status: str) -> None:
+        try:
+            self.end_run(run_id, status)
+        except Exception:  # the original error matters more than a failed bookkeeping call
+            pass
+
+    # -------------------------------------------------------- logging ---
+    def set_tags(self, run_id: str, tags: Mapping[str, Any]) -> None:
+        from mlflow.entities import RunTag
+
+        with self.timed():
+            self.client.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+
+    def log_params(self, run_id: str, params: Mapping[str, Any]) -> None:
+        from mlflow.entities import Param
+
+        items = [Param(k, str(v)[:6000]) for k, v in params.items()]
+        with self.timed():
+            for i in range(0, len(items), MAX_PARAMS_PER_BATCH):
+                self.client.log_batch(run_id, params=items[i:i + MAX_PARAMS_PER_BATCH])
+
+    def log_metrics(self, run_id: str, metrics: Mapping[str, float], step: int = 0) -> None:
+        self._queue(run_id, metrics, step)
+        self.flush(run_id)
+
+    def log_round(self, run_id: str, row: Mapping[str, Any]) -> None:
+        """Buffer one trace row (vocabulary names only); send when a flush is due."""
+        self._queue(run_id, {k: row[k] for k in ROUND_METRICS if k in row}, int(row["round"]))
+        if time.perf_counter() - self._last_flush >= self.flush_every_s:
+            self.flush()
+
+    def _queue(self, run_id: str, metrics: Mapping[str, float], step: int) -> None:
+        from mlflow.entities import Metric
+
+        stamp = int(time.time() * 1000)
+        self._pending.setdefault(run_id, []).extend(
+            Metric(key, float(value), stamp, step) for key, value in metrics.items()
+            if value is not None and pd.notna(value))
+
+    def flush(self, run_id: Optional[str] = None) -> None:
+        run_ids = [run_id] if run_id else list(self._pending)
+        with self.timed():
+            for rid in run_ids:
+                metrics = self._pending.pop(rid, [])
+                for i in range(0, len(metrics), MAX_METRICS_PER_BATCH):
+                    self.client.log_batch(rid, metrics=metrics[i:i + MAX_METRICS_PER_BATCH])
+        self._last_flush = time.perf_counter()
+
+    def log_artifact(self, run_id: str, path: Path, artifact_path: Optional[str] = None) -> None:
+        path = Path(path)
+        with self.timed():
+            if path.is_dir():
+                self.client.log_artifacts(run_id, str(path), artifact_path)
+            elif path.exists():
+                self.client.log_artifact(run_id, str(path), artifact_path)
+
+
+class NullTracker:
+    """tracking=none: same interface, records nothing."""
+
+    enabled = False
+    seconds = 0.0
+    experiment_id = None
+    uri = None
+
+    def start_run(self, *args: Any, **kwargs: Any) -> str:
+        return ""
+
+    @contextmanager
+    def run(self, *args: Any, **kwargs: Any) -> Iterator[str]:
+        yield ""
+
+    def __getattr__(self, name: str) -> Any:  # end_run, log_*, set_tags, flush: no-ops
+        return lambda *args, **kwargs: None
+
+
+def open_tracker(tracking_cfg: Mapping[str, Any]) -> Any:
+    if not tracking_cfg["enabled"]:
+        return NullTracker()
+    return Tracker(tracking_cfg.get("uri"), tracking_cfg["experiment_name"],
+                   tracking_cfg.get("flush_every_s", 5.0),
+                   experiment_id=os.environ.get(SWEEP_EXPERIMENT_ENV))

@@ -1,0 +1,73 @@
+"""Solving as a unit of work: build a problem from a dataset, run one arm.
+
+An *arm* is one solver configuration of an experiment (DuHL with a selection
+policy and a device budget). Its settings are the solver's constructor
+arguments plus ``name`` (which solver) and are checked before any data is made.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Mapping, Optional
+
+import numpy as np
+
+from solvers.duhl import DuHL, parse_budget
+from solvers.problems import MODELS, make_problem
+from solvers.selection import POLICIES
+
+SOLVERS = {"duhl": DuHL}
+CLASSIFIERS = ("svm", "logistic")
+
+
+def make_solver(settings: Mapping[str, Any], callback: Optional[Callable[[dict], None]] = None):
+    """The solver an arm describes; raises a one-line ValueError on a bad setting."""
+    settings = dict(settings)
+    name = settings.pop("name", "duhl")
+    if name not in SOLVERS:
+        raise ValueError(f"The 'name' parameter of solver must be one of {sorted(SOLVERS)}. Got {name!r} instead.")
+    try:
+        solver = SOLVERS[name](callback=callback, **settings)
+    except TypeError as error:  # an unknown keyword: name it with the solver
+        raise ValueError(f"Solver '{name}': {error}") from None
+    # Checks that need no data, so a bad arm fails before the data is made.
+    parse_budget(solver.memory_budget, 1)
+    if solver.selection not in POLICIES:
+        raise ValueError(f"The 'selection' parameter of DuHL must be one of {POLICIES}. "
+                         f"Got {solver.selection!r} instead.")
+    return solver
+
+
+def check_model(model_cfg: Mapping[str, Any]) -> None:
+    if model_cfg.get("name") not in MODELS:
+        raise ValueError(f"The 'model' parameter must be one of {MODELS}. Got {model_cfg.get('name')!r} instead.")
+
+
+def labels_for(model: str, y: np.ndarray) -> np.ndarray:
+    """Targets as the model needs them: continuous targets become two classes
+    for classifiers (above / below the median; synthetic targets are centred,
+    so this is their sign)."""
+    y = np.asarray(y)
+    if model in CLASSIFIERS and np.unique(y).size > 2:
+        return np.where(y > np.median(y), 1.0, -1.0)
+    return y
+
+
+def build_problem(model_cfg: Mapping[str, Any], X, y):
+    kwargs = dict(model_cfg)
+    model = kwargs.pop("name")
+    return make_problem(model, X, labels_for(model, y), **kwargs)
+
+
+def warmup() -> float:
+    """Compile the kernels once, so no arm pays for compilation. Returns seconds."""
+    from solvers.kernels.cpu import warmup as compile_kernels
+
+    start = time.perf_counter()
+    compile_kernels()
+    return time.perf_counter() - start
+
+
+def run_arm(problem, settings: Mapping[str, Any], callback: Optional[Callable[[dict], None]] = None):
+    """Solve ``problem`` with the arm's solver; returns the solver's result."""
+    return make_solver(settings, callback=callback).solve(problem)
