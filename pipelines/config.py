@@ -1,7 +1,7 @@
 """Structured configs: the schema Hydra checks every composed config against.
 
 The top level and each group option have a dataclass, stored in Hydra's
-ConfigStore; the YAML files in conf/ extend them (``defaults: [<x>_schema]``),
+ConfigStore; the YAML files in conf/ extend them (``defaults: [/schema/<group>/<x>@_here_]``),
 so an unknown key or a value of the wrong type fails while Hydra composes the
 config, with its one-line message, before any data is made. Range checks that
 a type cannot express (n_samples >= 1, memory_budget in (0, 1]) are the
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING
+from omegaconf import MISSING, DictConfig, OmegaConf
 
 from tasks.data import LibsvmData, SklearnData, SyntheticDenseData, SyntheticSparseData
 
@@ -89,6 +89,11 @@ class TrackingConfig:
     uri: Optional[str] = None  # None: $MLFLOW_TRACKING_URI, else sqlite:///<project>/mlflow.db
     experiment_name: str = "${experiment.name}"
     flush_every_s: float = 5.0  # metrics are buffered and sent in batches
+    # Rows sent to MLflow: one per 1/points_per_decade decade of rel_gap, one
+    # per min_interval_s, the target crossing and the last (0 = every round).
+    # Every round is in the trace CSV artifact.
+    points_per_decade: int = 10
+    min_interval_s: float = 1.0
 
 
 @dataclass
@@ -117,22 +122,19 @@ class Config:
     cache_dir: str = ".cache/data"  # relative paths start at the project root
 
 
-# group -> {schema name in ConfigStore: dataclass}; a YAML option extends one.
+# group -> {name: dataclass}, stored as schema/<group>/<name>; a YAML option
+# extends one with `- /schema/<group>/<name>@_here_` (kept out of the group
+# itself so that `model=...` lists only real options).
 SCHEMAS = {
-    "model": {"lasso_schema": LassoModel, "elastic_net_schema": ElasticNetModel,
-              "ridge_schema": RidgeModel, "svm_schema": SvmModel, "logistic_schema": LogisticModel},
-    "data": {"synthetic_dense_schema": SyntheticDenseData, "synthetic_sparse_schema": SyntheticSparseData,
-             "libsvm_schema": LibsvmData, "sklearn_schema": SklearnData},
-    "solver": {"solver_schema": SolverConfig},
-    "device": {"device_schema": DeviceConfig},
-    "cluster": {"cluster_schema": ClusterConfig},
-    "tracking": {"tracking_schema": TrackingConfig},
+    "model": {"lasso": LassoModel, "elastic_net": ElasticNetModel, "ridge": RidgeModel,
+              "svm": SvmModel, "logistic": LogisticModel},
+    "data": {"synthetic_dense": SyntheticDenseData, "synthetic_sparse": SyntheticSparseData,
+             "libsvm": LibsvmData, "sklearn": SklearnData},
+    "solver": {"duhl": SolverConfig},
+    "device": {"base": DeviceConfig},
+    "cluster": {"base": ClusterConfig},
+    "tracking": {"base": TrackingConfig},
 }
-
-
-def is_schema(option: str) -> bool:
-    """True for the ConfigStore schemas that appear beside the YAML options of a group."""
-    return option.endswith("_schema")
 
 
 def register_configs() -> None:
@@ -140,4 +142,13 @@ def register_configs() -> None:
     cs.store(name="base_config", node=Config)
     for group, schemas in SCHEMAS.items():
         for name, node in schemas.items():
-            cs.store(group=group, name=name, node=node)
+            cs.store(group=f"schema/{group}", name=name, node=node)
+
+
+def check_config(cfg: DictConfig) -> None:
+    """Check each group against its schema again: ``+group.key=value`` can add a
+    key that composition lets through. Raises OmegaConf's error naming the key."""
+    for group, schemas in SCHEMAS.items():
+        node = OmegaConf.to_container(cfg[group], resolve=True)
+        schema = schemas.get(node.get("name"), next(iter(schemas.values())))
+        OmegaConf.merge(OmegaConf.structured(schema), node)

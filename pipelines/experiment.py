@@ -27,9 +27,10 @@ from omegaconf.errors import OmegaConfBaseException
 from rich.console import Console
 
 from pipelines import progress, report
-from pipelines.config import SolverConfig, register_configs
-from pipelines.tracking import PROJECT_ROOT, SWEEP_PARENT_ENV, flatten, open_tracker, run_tags
-from tasks.data import load_dataset, resolve_path, validate_data_config
+from pipelines.config import SolverConfig, check_config, register_configs
+from pipelines.tracking import (PROJECT_ROOT, SWEEP_PARENT_ENV, RoundSampler, flatten, open_tracker,
+                                run_tags)
+from tasks.data import cache_key, load_dataset, resolve_path, validate_data_config
 from tasks.solve import build_problem, check_model, make_solver, run_arm, warmup
 
 log = logging.getLogger(__name__)
@@ -55,7 +56,9 @@ def plan_experiment(cfg: DictConfig) -> Plan:
     """Every check that needs no data. Raises ValueError (one line) on a bad setting."""
     if cfg.cluster.name != "none":
         raise ValueError(f"The 'name' parameter of cluster must be 'none' for now. Got {cfg.cluster.name!r} instead.")
+    check_config(cfg)
     data = validate_data_config(OmegaConf.to_container(cfg.data, resolve=True))
+    cache_key(data, PROJECT_ROOT)  # a data file that is missing fails here
     model = OmegaConf.to_container(cfg.model, resolve=True)
     check_model(model)
     exp = cfg.experiment
@@ -88,7 +91,7 @@ def run_experiment(cfg: DictConfig, output_dir: Path) -> Dict[str, Dict[str, flo
     started = time.perf_counter()
     try:
         plan = plan_experiment(cfg)
-    except (ValueError, TypeError, OmegaConfBaseException) as error:
+    except (ValueError, TypeError, OSError, OmegaConfBaseException) as error:
         message = " ".join(str(error).split("\n")[0:1])  # OmegaConf adds full_key lines
         raise SystemExit(f"Error: {message}") from None
     console = Console()
@@ -115,12 +118,18 @@ def run_experiment(cfg: DictConfig, output_dir: Path) -> Dict[str, Dict[str, flo
         for name, settings in plan.arms.items():
             with tracker.run(name, parent_id, {**tags, "arm": name}) as arm_id:
                 tracker.log_params(arm_id, {"arm": name, **settings})
+                sampler = RoundSampler(cfg.tracking.points_per_decade, cfg.tracking.min_interval_s,
+                                       plan.target_rel_gap)
                 with progress.arm_progress(show, name, plan.target_rel_gap) as bar:
                     def on_row(row: dict) -> None:
                         bar(row)
-                        tracker.log_round(arm_id, row)
+                        if sampler.keep(row):
+                            tracker.log_round(arm_id, row)
 
                     result = run_arm(problem, settings, callback=on_row)
+                last = result.trace.iloc[-1].to_dict()
+                if sampler.last_kept is None or sampler.last_kept["round"] != last["round"]:
+                    tracker.log_round(arm_id, last)
                 traces[name] = result.trace
                 stats[name] = report.arm_stats(result.trace, plan.target_rel_gap, result.status)
                 tracker.log_metrics(arm_id, stats[name].run_metrics())
@@ -144,10 +153,11 @@ def run_experiment(cfg: DictConfig, output_dir: Path) -> Dict[str, Dict[str, flo
         wall_s = time.perf_counter() - started
         overhead = tracker.seconds / wall_s
         tracker.log_metrics(parent_id, {**speedups, "warmup_s": warmup_s, "wall_s": wall_s,
-                                        "tracking_overhead": overhead})
+                                        "tracking_overhead": overhead, "tracking_s": tracker.seconds,
+                                        "tracking_import_s": tracker.import_s})
     if tracker.enabled:
-        console.print(f"tracking: {tracker.seconds:.2f}s in MLflow = {overhead:.1%} of {wall_s:.1f}s "
-                      f"wall time ({tracker.uri})")
+        console.print(f"tracking: {tracker.seconds:.2f}s in MLflow calls = {overhead:.1%} of {wall_s:.1f}s "
+                      f"wall time, +{tracker.import_s:.1f}s importing MLflow ({tracker.uri})")
     return {name: {**s.run_metrics(), **({"speedups": speedups} if name == plan.main_arm else {})}
             for name, s in stats.items()}
 

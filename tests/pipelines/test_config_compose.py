@@ -1,0 +1,104 @@
+"""Every option of every config group composes and passes the start-up checks."""
+
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.errors import ConfigCompositionException, MissingConfigException
+
+from pipelines.config import register_configs
+from pipelines.experiment import plan_experiment
+
+CONF = Path(__file__).resolve().parents[2] / "conf"
+GROUPS = ("model", "data", "solver", "device", "cluster", "tracking", "experiment")
+register_configs()
+
+
+@pytest.fixture(scope="module")
+def hydra_conf():
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        yield GlobalHydra.instance().config_loader()
+
+
+def options():
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        loader = GlobalHydra.instance().config_loader()
+        return [(g, o) for g in GROUPS for o in loader.get_group_options(g)]
+
+
+def test_every_group_has_its_options(hydra_conf):
+    found = {g: set(hydra_conf.get_group_options(g)) for g in GROUPS}
+    assert found["model"] == {"lasso", "elastic_net", "ridge", "svm", "logistic"}
+    assert {"synthetic_dense", "synthetic_sparse", "libsvm", "sklearn"} == found["data"]
+    assert {"duhl", "duhl_gap", "duhl_random", "duhl_sequential", "duhl_importance"} == found["solver"]
+    assert {"default", "duhl_svm"} <= found["experiment"]
+    assert {"mlflow", "none"} == found["tracking"]
+
+
+@pytest.mark.parametrize("group,option", options())
+def test_option_composes_and_plans(hydra_conf, group, option):
+    cfg = compose("config", overrides=[f"{group}={option}"])
+    chosen = cfg[group] if group != "experiment" else cfg.experiment
+    assert chosen is not None
+    if group in ("model", "data"):
+        assert cfg[group].name == option
+    plan = plan_experiment(cfg)  # every check that needs no data
+    assert plan.arms and plan.main_arm in plan.arms
+
+
+def test_default_experiment_is_the_duhl_comparison(hydra_conf):
+    cfg = compose("config")
+    plan = plan_experiment(cfg)
+    assert cfg.model.name == "lasso" and cfg.data.name == "synthetic_dense"
+    assert set(plan.arms) == {"gap", "sequential", "random", "full"}
+    assert plan.arms["full"]["memory_budget"] is None
+    assert plan.arms["sequential"]["selection"] == "sequential"
+    assert all(a["memory_budget"] == 0.25 for n, a in plan.arms.items() if n != "full")
+    assert all(a["tol"] == cfg.experiment.target_rel_gap for a in plan.arms.values())
+
+
+def test_solver_override_reaches_every_arm(hydra_conf):
+    plan = plan_experiment(compose("config", overrides=["solver.local_epochs=3", "device.memory_budget=0.5"]))
+    assert {a["local_epochs"] for a in plan.arms.values()} == {3}
+    assert plan.arms["gap"]["memory_budget"] == 0.5
+
+
+def test_duhl_svm_preset(hydra_conf):
+    cfg = compose("config", overrides=["experiment=duhl_svm"])
+    assert cfg.model.name == "svm" and cfg.model.loss == "hinge"
+    assert set(plan_experiment(cfg).arms) == {"gap", "sequential", "random", "full"}
+
+
+@pytest.mark.parametrize("override", ["data.n_samples=abc", "solver.local_epochs=x", "seed=abc",
+                                      "data.nope=1", "experiment.max_time=soon", "progress=maybe"])
+def test_wrong_type_or_unknown_key_fails_at_compose(hydra_conf, override):
+    with pytest.raises(ConfigCompositionException):
+        compose("config", overrides=[override])
+
+
+def test_unknown_option_fails(hydra_conf):
+    with pytest.raises(MissingConfigException, match="model/nope"):
+        compose("config", overrides=["model=nope"])
+
+
+@pytest.mark.parametrize("override,message", [
+    ("+model.foo=1", "foo"),
+    ("data.n_samples=-5", "'n_samples'.*-5"),
+    ("device.memory_budget=abc", "'memory_budget'.*abc"),
+    ("experiment=single solver.selection=best", "'selection'.*best"),
+    ("experiment.arms.gap.selection=best", "'selection'.*best"),
+    ("+experiment.arms.odd.colour=red", "colour"),
+    ("experiment.main_arm=nope", "main_arm"),
+    ("data=libsvm", None),  # fine when the file exists, else names the file
+])
+def test_start_up_checks_name_the_bad_value(hydra_conf, override, message):
+    cfg = compose("config", overrides=override.split())
+    if message is None:
+        try:
+            plan_experiment(cfg)
+        except FileNotFoundError as error:
+            assert "w8a" in str(error)
+        return
+    with pytest.raises(Exception, match=message):
+        plan_experiment(cfg)
