@@ -1,0 +1,61 @@
+"""pipelines.report: numbers to the target, speedups, table, plots, from hand-made traces."""
+
+import math
+
+import pandas as pd
+import pytest
+from rich.console import Console
+
+from pipelines.report import arm_stats, save_plots, speedup, speedup_metrics, table, verdict
+
+
+def trace(times, gaps, epoch_step=1.0, bytes_step=100):
+    n = len(times)
+    return pd.DataFrame({"round": range(n), "time_s": times, "epoch": [epoch_step * (i + 1) for i in range(n)],
+                         "rel_gap": gaps, "bytes_h2d": [bytes_step * (i + 1) for i in range(n)]})
+
+
+FAST = trace([1, 2, 3], [1e-2, 1e-5, 1e-7])  # reaches 1e-6 at t=3
+SLOW = trace([2, 6, 12], [1e-2, 1e-4, 1e-6])  # reaches 1e-6 at t=12 (equal counts)
+NEVER = trace([5, 10, 20], [1e-1, 1e-2, 1e-3])  # stops at t=20, not reached
+
+
+def test_arm_stats_take_the_first_row_at_or_below_the_target():
+    s = arm_stats(SLOW, 1e-6, "converged")
+    assert s.reached and s.time_to_target_s == 12 and s.epochs_to_target == 3 and s.bytes_to_target == 300
+    assert arm_stats(FAST, 1e-4).time_to_target_s == 2
+    never = arm_stats(NEVER, 1e-6)
+    assert not never.reached and math.isnan(never.time_to_target_s) and never.final_rel_gap == 1e-3
+    assert "time_to_target_s" not in never.run_metrics() and never.run_metrics()["reached_target"] == 0
+
+
+def test_speedup_is_a_ratio_of_times_to_target_or_a_lower_bound():
+    fast, slow, never = (arm_stats(t, 1e-6) for t in (FAST, SLOW, NEVER))
+    assert speedup(fast, slow).value == pytest.approx(4.0) and not speedup(fast, slow).lower_bound
+    bound = speedup(fast, never)
+    assert bound.value == pytest.approx(20 / 3) and bound.lower_bound and str(bound) == ">6.7x"
+    assert speedup(never, fast) is None
+
+
+def test_speedup_metrics_compare_the_main_arm_with_every_other():
+    stats = {"gap": arm_stats(FAST, 1e-6), "sequential": arm_stats(SLOW, 1e-6), "random": arm_stats(NEVER, 1e-6)}
+    assert speedup_metrics(stats, "gap") == pytest.approx({"speedup_vs_sequential": 4.0, "speedup_vs_random": 20 / 3})
+    assert speedup_metrics(stats, "random") == {}
+
+
+def test_table_and_verdict_show_the_numbers():
+    stats = {"gap": arm_stats(FAST, 1e-6, "converged"), "sequential": arm_stats(SLOW, 1e-6, "converged"),
+             "random": arm_stats(NEVER, 1e-6, "max_time")}
+    console = Console(width=200, record=True)
+    console.print(table(stats, ["sequential", "random"], 1e-6))
+    text = console.export_text()
+    assert "4.0x" in text and ">6.7x" in text and "> 20.00" in text and "max_time" in text
+    line = verdict(stats, "gap", ["sequential", "random"], 1e-6)
+    assert line == "gap reached rel_gap 1e-06 in 3.00s; speedup 4.0x vs sequential, >6.7x vs random."
+    assert "did not reach" in verdict(stats, "random", ["gap"], 1e-6)
+
+
+def test_plots_are_written(tmp_path):
+    paths = save_plots({"gap": FAST, "sequential": SLOW}, 1e-6, tmp_path)
+    assert [p.name for p in paths] == ["rel_gap_vs_time.png", "rel_gap_vs_bytes.png"]
+    assert all(p.stat().st_size > 1000 for p in paths)

@@ -1,0 +1,79 @@
+"""pipelines.tracking against a real (temporary) sqlite MLflow store."""
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from pipelines.tracking import NullTracker, RoundSampler, Tracker, flatten
+
+
+@pytest.fixture(scope="module")
+def tracker(tmp_path_factory):
+    uri = f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
+    return Tracker(uri, "tests", flush_every_s=3600)
+
+
+def row(i, rel_gap, time_s):
+    return {"round": i, "time_s": time_s, "epoch": i / 4, "rel_gap": rel_gap, "gap": rel_gap, "n_resident": 3}
+
+
+def test_flatten_config():
+    assert flatten({"a": {"b": 1, "c": {"d": None}}, "e": [1, 2]}) == {"a.b": "1", "a.c.d": "None", "e": "[1, 2]"}
+
+
+def test_rounds_are_buffered_then_sent_in_one_batch_with_steps(tracker):
+    client = MlflowClient(tracker.uri)
+    with tracker.run("arm") as run_id:
+        for i in range(5):
+            tracker.log_round(run_id, row(i, 10.0 ** -i, 0.1 * i))
+        assert client.get_metric_history(run_id, "rel_gap") == []  # not sent yet
+        tracker.flush(run_id)
+        history = client.get_metric_history(run_id, "rel_gap")
+        assert [m.step for m in history] == [0, 1, 2, 3, 4]
+        assert history[-1].value == pytest.approx(1e-4)
+        assert client.get_metric_history(run_id, "n_resident") == []  # not a vocabulary name
+    assert client.get_run(run_id).info.status == "FINISHED"
+    assert tracker.seconds > 0
+
+
+def test_more_than_a_batch_of_params(tracker):
+    with tracker.run("params") as run_id:
+        tracker.log_params(run_id, {f"p{i}": i for i in range(250)})
+    assert len(MlflowClient(tracker.uri).get_run(run_id).data.params) == 250
+
+
+def test_error_ends_the_run_failed_with_the_error_tagged(tracker):
+    with pytest.raises(RuntimeError):
+        with tracker.run("boom") as run_id:
+            raise RuntimeError("solver exploded")
+    run = MlflowClient(tracker.uri).get_run(run_id)
+    assert run.info.status == "FAILED" and run.data.tags["error"] == "RuntimeError: solver exploded"
+
+
+def test_ctrl_c_ends_nested_runs_killed(tracker):
+    with pytest.raises(KeyboardInterrupt):
+        with tracker.run("parent") as parent_id:
+            with tracker.run("child", parent_id) as child_id:
+                raise KeyboardInterrupt
+    client = MlflowClient(tracker.uri)
+    assert client.get_run(child_id).data.tags["mlflow.parentRunId"] == parent_id
+    assert {client.get_run(r).info.status for r in (parent_id, child_id)} == {"KILLED"}
+
+
+def test_sampler_keeps_decades_intervals_and_the_crossing():
+    sampler = RoundSampler(points_per_decade=1, min_interval_s=10.0, target_rel_gap=0.05)
+    gaps = [1.0, 0.5, 0.2, 0.09, 0.06, 0.04, 0.03, 0.02, 0.003]
+    kept = [sampler.keep(row(i, g, 0.1 * i)) for i, g in enumerate(gaps)]
+    # first; 0.09 <= 1/10; 0.04 crosses the target; 0.003 <= 0.04/10
+    assert kept == [True, False, False, True, False, True, False, False, True]
+    every = RoundSampler(points_per_decade=0, min_interval_s=0, target_rel_gap=0.05)
+    assert all(every.keep(row(i, g, 0)) for i, g in enumerate(gaps))
+    timed = RoundSampler(points_per_decade=1, min_interval_s=1.0, target_rel_gap=1e-9)
+    assert [timed.keep(row(i, 1.0, t)) for i, t in enumerate([0, 0.5, 1.0, 1.2, 2.1])] == [True, False, True, False, True]
+
+
+def test_null_tracker_does_nothing():
+    null = NullTracker()
+    with null.run("x") as run_id:
+        null.log_round(run_id, row(0, 1, 0))
+        null.log_params(run_id, {"a": 1})
+    assert null.seconds == 0 and not null.enabled
