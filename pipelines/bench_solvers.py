@@ -1,0 +1,177 @@
+"""Solver benchmark: our CPU epoch against scikit-learn's, and DuHL against streaming.
+
+    python -m pipelines.bench_solvers            # full sizes (a few minutes on 2 cores)
+    python -m pipelines.bench_solvers --quick    # small sizes (under a minute)
+
+Prints, in one run: (1) the time of one coordinate descent epoch, ours vs
+scikit-learn's Lasso, on a dense float64 problem and on w8a, as a ratio, with
+the memory-bandwidth floor (data bytes / measured read bandwidth); (2) time,
+epochs and bytes moved host->device to reach rel_gap 1e-6 for the gap,
+sequential and random policies at memory_budget 0.25 (and all data resident)
+on a Lasso with a sparse solution and on a hinge LinearSVC, each policy at its
+best number of local epochs per round (1, 2 or 4). Medians of
+repeated runs; Numba compilation is done first and reported on its own; BLAS
+and OpenMP pools are pinned to one thread, as our kernels use one.
+"""
+
+import argparse
+import os
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.datasets import load_svmlight_file
+from threadpoolctl import threadpool_info, threadpool_limits
+
+from solvers.duhl import DuHL
+from solvers.kernels import cpu
+from solvers.problems import make_problem
+
+W8A = Path(__file__).resolve().parents[1].parent / "shared" / "datasets" / "w8a"
+
+
+def median_time(fn, repeats):
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def read_bandwidth(nbytes=1 << 28):
+    """GB/s of a streaming read (BLAS dot of a large array with itself), the floor of any epoch."""
+    x = np.ones(nbytes // 8)
+    return x.nbytes / median_time(lambda: x @ x, 5) / 1e9
+
+
+def lasso_problem(n, d, n_informative, alpha_ratio, seed=0):
+    rng = np.random.default_rng(seed)
+    X = np.asfortranarray(rng.standard_normal((n, d)))
+    coef = np.zeros(d)
+    coef[rng.choice(d, n_informative, replace=False)] = 3 * rng.standard_normal(n_informative)
+    y = X @ coef + rng.standard_normal(n)
+    alpha = alpha_ratio * np.abs(X.T @ (y - y.mean())).max() / n
+    return X, y, alpha
+
+
+def svm_problem(n, d, C, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, d))
+    y = np.sign(X @ rng.standard_normal(d))
+    return X, y, C
+
+
+def epoch_ratio(label, X, y, alpha, repeats, bandwidth):
+    """Our SCD epoch vs scikit-learn's CD epoch on the same Lasso, from the same start."""
+    import warnings
+
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.linear_model import Lasso as SkLasso
+
+    problem = make_problem("lasso", X, y, alpha=alpha)
+    n_coords = problem.n_coords
+    coords = np.arange(n_coords)
+    rng = np.random.default_rng(0)
+
+    def ours():
+        a = np.zeros(n_coords)
+        z, off = -problem.c * problem.b, np.zeros(1)
+        for _ in range(5):
+            cpu.scd_epoch_dense(problem.A, coords, rng.permutation(n_coords), a, z, off, problem.mu,
+                                problem.sqnorm, problem.c, problem.model, *problem.params) \
+                if not problem.sparse else \
+                cpu.scd_epoch_sparse(problem.A.indptr, problem.A.indices, problem.A.data, coords,
+                                     rng.permutation(n_coords), a, z, off, problem.mu,
+                                     problem.sqnorm, problem.c, problem.model, *problem.params)
+
+    def sklearn(k):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            SkLasso(alpha=alpha, max_iter=k, tol=0.0).fit(X, y)
+
+    ours_epoch = median_time(ours, repeats) / 5
+    # fixed costs (validation, centring, one gap) cancel in the difference
+    sk_epoch = (median_time(lambda: sklearn(6), repeats) - median_time(lambda: sklearn(1), repeats)) / 5
+    floor = int(problem.coord_bytes.sum()) / (bandwidth * 1e9)
+    return dict(problem=label, ours_ms=1e3 * ours_epoch, sklearn_ms=1e3 * sk_epoch,
+                ratio=ours_epoch / sk_epoch, floor_ms=1e3 * floor, vs_floor=ours_epoch / floor)
+
+
+def duhl_arms(label, problem, repeats, budget=0.25, tol=1e-6, max_time=120, local_epochs=(1, 2, 4)):
+    """Each arm at its own best local_epochs (tuned on one run), then timed ``repeats`` times."""
+    rows = []
+    for arm, selection, mb in (("full", "gap", None), ("gap", "gap", budget),
+                               ("sequential", "sequential", budget), ("random", "random", budget)):
+        def run(H, seed):
+            return DuHL(memory_budget=mb, selection=selection, local_epochs=H, tol=tol,
+                        max_epochs=5000, max_time=max_time, random_state=seed).solve(problem)
+
+        tried = {H: run(H, 0) for H in local_epochs}
+        H = min(tried, key=lambda h: (not tried[h].converged, tried[h].time_s))
+        results = [tried[H]] + [run(H, seed) for seed in range(1, repeats)]
+        times = [r.time_s for r in results]
+        mid = results[int(np.argsort(times)[len(times) // 2])]
+        rows.append(dict(problem=label, arm=arm, local_epochs=H, status=mid.status,
+                         time_s=statistics.median(times), epochs=mid.epochs,
+                         gb_h2d=mid.bytes_h2d / 1e9, rel_gap=mid.rel_gap))
+    by_arm = {r["arm"]: r for r in rows}
+    for r in rows:
+        r["time_vs_gap"] = r["time_s"] / by_arm["gap"]["time_s"]
+    return rows
+
+
+def print_table(rows, title):
+    keys = list(rows[0])
+    print(f"\n### {title}\n")
+    print("| " + " | ".join(keys) + " |")
+    print("|" + "---|" * len(keys))
+    for r in rows:
+        cells = [f"{v:.4g}" if isinstance(v, float) else str(v) for v in r.values()]
+        print("| " + " | ".join(cells) + " |")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes, under a minute")
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args(argv)
+
+    with threadpool_limits(1):
+        t0 = time.perf_counter()
+        compile_s = cpu.warmup()
+        print(f"Numba warm-up (compile or load from cache): {compile_s:.2f} s, excluded below")
+        print("thread pools:", [(p["internal_api"], p["num_threads"]) for p in threadpool_info()],
+              f"cores={os.cpu_count()}")
+        bandwidth = read_bandwidth()
+        print(f"measured read bandwidth: {bandwidth:.1f} GB/s (one thread)")
+
+        n, d = (4000, 1000) if args.quick else (20000, 2000)
+        X, y, alpha = lasso_problem(n, d, 20, 0.1)
+        epoch_rows = [epoch_ratio(f"dense {n}x{d} float64", X, y, alpha, args.repeats, bandwidth)]
+        if W8A.exists():
+            Xw, yw = load_svmlight_file(str(W8A), n_features=300)
+            Xw = sp.csc_matrix(Xw)  # scikit-learn's sparse CD wants CSC with 32-bit indices
+            Xw.indices, Xw.indptr = Xw.indices.astype(np.int32), Xw.indptr.astype(np.int32)
+            alpha_w = 0.01 * np.abs(Xw.T @ (yw - yw.mean())).max() / Xw.shape[0]
+            epoch_rows.append(epoch_ratio("w8a (sparse)", Xw, yw, alpha_w, args.repeats, bandwidth))
+        else:
+            print(f"skipping w8a: {W8A} not found")
+        print_table(epoch_rows, "One epoch: ours vs scikit-learn's coordinate descent")
+
+        n, d, k = (2000, 4000, 40) if args.quick else (5000, 20000, 100)
+        X, y, alpha = lasso_problem(n, d, k, 0.05)
+        rows = duhl_arms(f"lasso {n}x{d}, {k} informative", make_problem("lasso", X, y, alpha=alpha),
+                         args.repeats)
+        n, d = (10000, 200) if args.quick else (20000, 300)
+        X, y, C = svm_problem(n, d, 0.01)
+        rows += duhl_arms(f"hinge svm {n}x{d}", make_problem("svm", X, y, C=C, loss="hinge"),
+                          args.repeats)
+        print_table(rows, "Time to rel_gap 1e-6 at memory_budget 0.25 (full = all data resident)")
+        print(f"\ntotal benchmark time: {time.perf_counter() - t0:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
