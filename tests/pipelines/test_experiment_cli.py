@@ -1,9 +1,15 @@
 """`python -m pipelines.experiment` end to end on tiny data, read back from MLflow."""
 
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
 import pytest
 from mlflow.tracking import MlflowClient
 
-from conftest import TINY, all_runs
+from conftest import PROJECT_ROOT, TINY, all_runs
 
 ARMS = {"gap", "sequential", "random", "full"}
 
@@ -94,3 +100,34 @@ def test_multirun_with_a_bad_job_leaves_no_running_run(cli):
     assert done.returncode != 0
     statuses = {r.info.status for r in all_runs(cli.uri)}
     assert "RUNNING" not in statuses and "FAILED" in statuses
+
+
+def arm_run_started(db):
+    """Read-only look at the store (an MlflowClient here could race the job creating its tables)."""
+    try:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as connection:
+            return connection.execute("SELECT count(*) FROM tags WHERE key = 'arm'").fetchone()[0] > 0
+    except sqlite3.OperationalError:  # no file or no tables yet
+        return False
+
+
+def test_ctrl_c_ends_every_run_killed(cli, tmp_path):
+    # An arm that would run for a minute: stop it with SIGINT once it is tracked.
+    command = [sys.executable, "-m", "pipelines.experiment", *TINY, f"tracking.uri={cli.uri}",
+               f"hydra.run.dir={tmp_path / 'out'}", f"cache_dir={tmp_path / 'cache'}",
+               "experiment=single", "experiment.target_rel_gap=1e-300", "experiment.max_time=60",
+               "solver.max_epochs=1e9", "tracking.flush_every_s=0.2"]
+    process = subprocess.Popen(command, cwd=PROJECT_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while not arm_run_started(cli.db):
+            assert process.poll() is None, process.stderr.read().decode()[-3000:]
+            assert time.monotonic() < deadline, "no arm run appeared"
+            time.sleep(0.5)
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode != 0
+    assert {r.info.status for r in all_runs(cli.uri)} == {"KILLED"}
