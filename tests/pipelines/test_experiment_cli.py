@@ -77,7 +77,7 @@ def test_bad_override_exits_with_one_line_and_no_run(cli, override, expected):
     assert "Traceback" not in done.stderr
     first_line = done.stderr.strip().splitlines()[0]
     assert expected in first_line, done.stderr
-    assert all_runs(cli.uri) == [] if cli.db.exists() else True  # nothing opened, nothing RUNNING
+    assert all_runs(cli.uri) == []  # nothing opened, so nothing RUNNING
 
 
 def test_multirun_2x2_nests_four_jobs_under_one_sweep_run(cli):
@@ -96,7 +96,7 @@ def test_multirun_2x2_nests_four_jobs_under_one_sweep_run(cli):
 
 
 def test_multirun_with_a_bad_job_leaves_no_running_run(cli):
-    done = cli(*TINY, "experiment=single", "data.n_samples=100,-5", multirun=True)
+    done = cli(*TINY, "experiment=single", "data.n_samples=-5,100", multirun=True)
     assert done.returncode != 0
     statuses = {r.info.status for r in all_runs(cli.uri)}
     assert "RUNNING" not in statuses and "FAILED" in statuses
