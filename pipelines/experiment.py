@@ -29,7 +29,7 @@ from rich.console import Console
 from pipelines import progress, report
 from pipelines.config import SolverConfig, check_config, register_configs
 from pipelines.tracking import (PROJECT_ROOT, SWEEP_PARENT_ENV, RoundSampler, flatten, open_tracker,
-                                run_tags)
+                                run_tags, stop_on_sigterm)
 from tasks.data import cache_key, load_dataset, resolve_path, validate_data_config
 from tasks.solve import build_problem, check_model, make_solver, run_arm, warmup
 
@@ -169,6 +169,7 @@ def run_experiment(cfg: DictConfig, output_dir: Path) -> Dict[str, Dict[str, flo
 
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> Dict[str, Dict[str, float]]:
+    stop_on_sigterm()
     return run_experiment(cfg, Path(HydraConfig.get().runtime.output_dir))
 
 

@@ -18,7 +18,7 @@ from typing import Any, Optional
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from pipelines.tracking import SWEEP_EXPERIMENT_ENV, SWEEP_PARENT_ENV, open_tracker, run_tags
+from pipelines.tracking import SWEEP_EXPERIMENT_ENV, SWEEP_PARENT_ENV, open_tracker, run_tags, stop_on_sigterm
 
 
 class MlflowSweepCallback(Callback):
@@ -38,6 +38,7 @@ class MlflowSweepCallback(Callback):
         self.tracker.log_params(self.run_id, {"overrides": " ".join(overrides)})
         os.environ[SWEEP_PARENT_ENV] = self.run_id
         os.environ[SWEEP_EXPERIMENT_ENV] = self.tracker.experiment_id
+        stop_on_sigterm()
         self._watch_for_interrupt()
         atexit.register(self._end_if_open)
 

@@ -11,8 +11,10 @@ Per-round metrics are buffered and sent with ``log_batch`` (one call costs
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -55,6 +57,16 @@ def run_tags(device: str) -> Dict[str, str]:
     dirty = "-dirty" if git("status", "--porcelain", "--untracked-files=no") else ""
     return {"git_commit": commit + dirty, "mlflow.source.git.commit": commit,
             "host": socket.gethostname(), "device": device}
+
+
+def stop_on_sigterm() -> None:
+    """`kill`, CI time-outs and schedulers send SIGTERM, which would end Python
+    without unwinding: turn it into KeyboardInterrupt so runs end KILLED as on Ctrl-C."""
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, interrupt)
 
 
 class Tracker:

@@ -111,8 +111,9 @@ def arm_run_started(db):
         return False
 
 
-def test_ctrl_c_ends_every_run_killed(cli, tmp_path):
-    # An arm that would run for a minute: stop it with SIGINT once it is tracked.
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "kill"])
+def test_interrupted_experiment_ends_every_run_killed(cli, tmp_path, stop):
+    # An arm that would run for a minute: stop it once it is tracked.
     command = [sys.executable, "-m", "pipelines.experiment", *TINY, f"tracking.uri={cli.uri}",
                f"hydra.run.dir={tmp_path / 'out'}", f"cache_dir={tmp_path / 'cache'}",
                "experiment=single", "experiment.target_rel_gap=1e-300", "experiment.max_time=60",
@@ -124,7 +125,7 @@ def test_ctrl_c_ends_every_run_killed(cli, tmp_path):
             assert process.poll() is None, process.stderr.read().decode()[-3000:]
             assert time.monotonic() < deadline, "no arm run appeared"
             time.sleep(0.5)
-        process.send_signal(signal.SIGINT)
+        process.send_signal(stop)
         process.wait(timeout=60)
     finally:
         if process.poll() is None:
