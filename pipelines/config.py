@@ -66,7 +66,7 @@ class SolverConfig:
     name: str = "duhl"
     selection: str = "gap"
     local_epochs: int = 1
-    max_epochs: float = 500
+    max_epochs: float = 100000
     random_state: Optional[int] = 0
 
 

@@ -144,7 +144,9 @@ def run_experiment(cfg: DictConfig, output_dir: Path) -> Dict[str, Dict[str, flo
                                                             output_dir / "traces" / f"{name}.csv", show)
 
         console.print(report.table(stats, plan.baselines, plan.target_rel_gap))
-        plots = report.save_plots(traces, plan.target_rel_gap, output_dir)
+        plots = report.save_plots(traces, plan.target_rel_gap, output_dir,
+                                  f"{cfg.experiment.name}: {plan.model['name']} on {plan.data.name}, "
+                                  f"budget {cfg.device.memory_budget}")
         verdict = report.verdict(stats, plan.main_arm, plan.baselines, plan.target_rel_gap)
         console.print(f"[bold]{verdict}[/bold]")
         console.print(f"plots: {', '.join(str(p) for p in plots)}")

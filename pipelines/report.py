@@ -117,7 +117,8 @@ def verdict(stats: Mapping[str, ArmStats], main_arm: str, baselines: List[str],
     return f"{main_arm} reached rel_gap {target_rel_gap:g} in {main.time_to_target_s:.2f}s{compared}."
 
 
-def save_plots(traces: Mapping[str, pd.DataFrame], target_rel_gap: float, out_dir: Path) -> List[Path]:
+def save_plots(traces: Mapping[str, pd.DataFrame], target_rel_gap: float, out_dir: Path,
+               title: str = "") -> List[Path]:
     """rel_gap against time and against bytes moved host->device, one line per arm."""
     import matplotlib
 
@@ -131,7 +132,7 @@ def save_plots(traces: Mapping[str, pd.DataFrame], target_rel_gap: float, out_di
         for arm, trace in traces.items():
             ax.plot(trace[x] * scale, trace["rel_gap"], label=arm)
         ax.axhline(target_rel_gap, color="grey", linestyle=":", label="target")
-        ax.set(yscale="log", xlabel=label, ylabel="relative duality gap")
+        ax.set(yscale="log", xlabel=label, ylabel="relative duality gap", title=title)
         ax.legend()
         fig.tight_layout()
         paths.append(Path(out_dir) / name)
