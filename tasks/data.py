@@ -91,7 +91,6 @@ class SklearnData:
 
 
 DATA_CONFIGS = {c.name: c for c in (SyntheticDenseData, SyntheticSparseData, LibsvmData, SklearnData)}
-DataConfig = Any  # one of the dataclasses above, or a mapping with the same keys
 
 
 @dataclass
