@@ -92,8 +92,8 @@ class TrackingConfig:
     # Rows sent to MLflow: one per 1/points_per_decade decade of rel_gap, one
     # per min_interval_s, the target crossing and the last (0 = every round).
     # Every round is in the trace CSV artifact.
-    points_per_decade: int = 10
-    min_interval_s: float = 1.0
+    points_per_decade: int = 5
+    min_interval_s: float = 2.0
 
 
 @dataclass
