@@ -102,3 +102,9 @@ def test_start_up_checks_name_the_bad_value(hydra_conf, override, message):
         return
     with pytest.raises(Exception, match=message):
         plan_experiment(cfg)
+
+
+def test_joblib_launcher_is_available_for_parallel_sweeps(hydra_conf):
+    cfg = compose("config", overrides=["hydra/launcher=joblib"], return_hydra_config=True)
+    assert "JoblibLauncher" in cfg.hydra.launcher._target_
+    assert cfg.hydra.callbacks.mlflow_sweep._target_ == "pipelines.sweep.MlflowSweepCallback"
