@@ -22,6 +22,7 @@ from typing import Any, Dict, List
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from rich.console import Console
@@ -110,7 +111,8 @@ def run_tracked_arm(cfg: DictConfig, plan: Plan, tracker: Any, arm_id: str, name
     return result.trace, stats
 
 
-def run_experiment(cfg: DictConfig, output_dir: Path) -> Dict[str, Dict[str, float]]:
+def run_experiment(cfg: DictConfig, output_dir: Path, run_name: str = "",
+                   overrides: List[str] = ()) -> Dict[str, Dict[str, float]]:
     started = time.perf_counter()
     try:
         plan = plan_experiment(cfg)
@@ -124,8 +126,9 @@ def run_experiment(cfg: DictConfig, output_dir: Path) -> Dict[str, Dict[str, flo
     output_dir = Path(output_dir)
     tracker = open_tracker(cfg.tracking)
     tags = run_tags(cfg.device.name)
+    parent_tags = {**tags, "overrides": " ".join(overrides)} if overrides else tags
 
-    with tracker.run(cfg.experiment.name, os.environ.get(SWEEP_PARENT_ENV), tags) as parent_id:
+    with tracker.run(run_name or cfg.experiment.name, os.environ.get(SWEEP_PARENT_ENV), parent_tags) as parent_id:
         tracker.log_params(parent_id, flatten(OmegaConf.to_container(cfg, resolve=True)))
 
         with progress.data_progress(show, f"data {plan.data.name}") as update:
@@ -172,7 +175,11 @@ def run_experiment(cfg: DictConfig, output_dir: Path) -> Dict[str, Dict[str, flo
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> Dict[str, Dict[str, float]]:
     stop_on_sigterm()
-    return run_experiment(cfg, Path(HydraConfig.get().runtime.output_dir))
+    hydra_cfg = HydraConfig.get()
+    # A sweep's jobs share the experiment's name: number them as Hydra does.
+    in_sweep = hydra_cfg.mode == RunMode.MULTIRUN
+    name = f"{cfg.experiment.name} #{hydra_cfg.job.num}" if in_sweep else cfg.experiment.name
+    return run_experiment(cfg, Path(hydra_cfg.runtime.output_dir), name, list(hydra_cfg.overrides.task))
 
 
 if __name__ == "__main__":

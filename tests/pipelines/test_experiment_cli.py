@@ -91,6 +91,8 @@ def test_multirun_2x2_nests_four_jobs_under_one_sweep_run(cli):
     assert len(jobs) == 4
     combos = {(r.data.params["model.name"], r.data.params["device.memory_budget"]) for r in jobs}
     assert combos == {("lasso", "0.25"), ("lasso", "0.5"), ("ridge", "0.25"), ("ridge", "0.5")}
+    assert sorted(r.info.run_name for r in jobs) == [f"single #{i}" for i in range(4)]
+    assert all("model=" in r.data.tags["overrides"] for r in jobs)
     assert len({r.info.experiment_id for r in runs}) == 1
     assert all(r.info.status == "FINISHED" for r in runs)
 
