@@ -136,7 +136,7 @@ def run_experiment(cfg: DictConfig, output_dir: Path, run_name: str = "",
         console.print(f"data: {plan.data.name} {dataset.shape[0]} x {dataset.shape[1]}, "
                       f"{dataset.nbytes / 1e6:.1f} MB ({dataset.path})")
         problem = build_problem(plan.model, dataset.X, dataset.y)
-        warmup_s = warmup()
+        warmup_s = warmup(plan.model, dataset.X, dataset.y, plan.arms)
         console.print(f"warm-up (kernel compilation): {warmup_s:.2f}s, not counted in any arm")
 
         traces, stats = {}, {}

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from tasks.solve import build_problem, labels_for, make_solver, run_arm
+from tasks.solve import build_problem, labels_for, make_solver, run_arm, warmup
 
 ARM = dict(name="duhl", selection="gap", local_epochs=1, max_epochs=200, random_state=0,
            memory_budget=0.5, device="cpu", tol=1e-6, max_time=10)
@@ -37,3 +37,24 @@ def test_run_arm_reaches_the_target_on_a_small_lasso():
     result = run_arm(problem, ARM, callback=rows.append)
     assert result.converged and result.rel_gap <= ARM["tol"]
     assert len(rows) == len(result.trace) and rows[-1]["rel_gap"] == result.trace["rel_gap"].iloc[-1]
+
+
+def test_warmup_miniature_keeps_dtype_layout_and_read_only_flags():
+    from tasks.solve import _read_only_miniature
+
+    X = np.asfortranarray(np.random.default_rng(0).standard_normal((500, 8)).astype(np.float32))
+    X.setflags(write=False)
+    y = np.where(np.arange(500) < 480, -1.0, 1.0)  # rare positives, all at the end
+    small, small_y = _read_only_miniature("svm", X, y)
+    assert small.dtype == np.float32 and np.isfortran(small) and not small.flags.writeable
+    assert set(np.unique(small_y)) == {-1.0, 1.0} and not small_y.flags.writeable
+
+
+def test_warmup_runs_every_arm_on_the_miniature():
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(0)
+    X = sp.random(300, 20, density=0.2, format="csr", random_state=0)
+    y = rng.standard_normal(300)
+    arms = {"gap": ARM, "full": {**ARM, "memory_budget": None}, "sized": {**ARM, "memory_budget": "1GB"}}
+    assert warmup({"name": "logistic", "C": 1.0}, X, y, arms) > 0
