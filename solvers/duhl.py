@@ -137,7 +137,7 @@ class DuHL:
         total = int(coord_bytes.sum())
         budget = parse_budget(self.memory_budget, total)
         if budget is None:
-            return None, total
+            return None
         if budget > total:
             raise ValueError(f"The 'memory_budget' parameter of DuHL ({self.memory_budget!r} = "
                              f"{budget} bytes) is above the data's {total} bytes; use None to "
@@ -146,11 +146,11 @@ class DuHL:
         if budget < largest:
             raise ValueError(f"The 'memory_budget' parameter of DuHL ({self.memory_budget!r} = "
                              f"{budget} bytes) is below one coordinate's data ({largest} bytes).")
-        return budget, budget
+        return budget
 
     def solve(self, problem, a0=None):
         self._validate()
-        budget, budget_eff = self._budget_bytes(problem)
+        budget = self._budget_bytes(problem)
         rng = np.random.default_rng(self.random_state)
         t0 = time.perf_counter()
         n = problem.n_coords
@@ -164,7 +164,7 @@ class DuHL:
             z, off = problem.state_from(a)
         state = (a, z, off)
         block = make_block(problem, budget, self.device)
-        policy = Policy(self.selection, problem.coord_bytes, budget_eff, problem.sqnorm, rng)
+        policy = Policy(self.selection, problem.coord_bytes, block.capacity_bytes, problem.sqnorm, rng)
 
         def record(rnd, st, gap, updates, swaps):
             primal, dual, _ = problem.objectives(*st, gap=gap)
@@ -194,9 +194,8 @@ class DuHL:
                 start_updates, start_swaps = updates, swaps
                 stale = np.flatnonzero(~fresh)
                 job = host.submit(problem.coordinate_gaps, *snapshot, stale) if stale.size else None
-                for _ in range(self.local_epochs):
-                    updates += block.epoch(state, rng)
-                dev_coords, dev_gaps = block.gaps(state)
+                done, dev_coords, dev_gaps = block.run_round(state, rng, self.local_epochs)
+                updates += done
                 host_gaps = job.result() if job is not None else None
 
                 if host_gaps is not None:  # the start state's gap is now exact

@@ -103,20 +103,6 @@ def gaps_sparse(indptr, indices, data, rows, coords, a, z, off, mu, c, model, p0
         out[j] = coord_gap(model, a[i], s, p0, p1, p2)
 
 
-@njit(nogil=True, cache=True)
-def gather_rows_csr(indptr, indices, data, rows, out_indptr, out_indices, out_data, start):
-    """Copy CSR rows ``rows`` into ``out_*`` from position ``start``; returns the end position."""
-    pos = start
-    for j in range(rows.shape[0]):
-        r = rows[j]
-        for k in range(indptr[r], indptr[r + 1]):
-            out_indices[pos] = indices[k]
-            out_data[pos] = data[k]
-            pos += 1
-        out_indptr[j + 1] = pos
-    return pos
-
-
 def warmup():
     """Compile every kernel for float32/float64 dense and sparse data on a tiny problem.
 

@@ -1,0 +1,131 @@
+"""The GPU code path (TPA-SCD and gap kernels, the CUDA backend) under Numba's CUDA simulator.
+
+The simulator runs thread blocks one after another, so one TPA-SCD epoch in a
+given coordinate order must equal the CPU kernel's epoch in that order (up to
+the reduction's round-off). DuHL on device="cuda_sim" must reach the optimum
+of an independent oracle. Problems are tiny: the simulator is ~1e5 times
+slower than a GPU.
+"""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import glm_oracles as go
+from solvers import backend
+from solvers.duhl import DuHL
+from solvers.kernels import cpu
+from solvers.problems import make_problem
+
+pytestmark = pytest.mark.filterwarnings("ignore::numba.core.errors.NumbaPerformanceWarning")
+
+
+@pytest.fixture(scope="module")
+def cuda_kernels():
+    try:
+        backend._enable_simulator()
+    except RuntimeError as err:  # numba.cuda was imported for a real GPU in this session
+        pytest.skip(str(err))
+    from solvers.kernels import cuda
+
+    return cuda
+
+
+def _tiny(model, sparse):
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((14, 9)) + 0.3
+    if sparse:
+        X = sp.csr_matrix(np.where(rng.random(X.shape) < 0.5, X, 0.0))
+    y = X @ rng.standard_normal(9) + 0.1 * rng.standard_normal(14)
+    kwargs = {"lasso": dict(alpha=0.05), "elastic_net": dict(alpha=0.05, l1_ratio=0.5),
+              "ridge": dict(alpha=1.0), "svm": dict(C=1.0, loss="hinge"),
+              "logistic": dict(C=1.0)}[model]
+    if model in ("svm", "logistic"):
+        y = np.sign(y - np.median(y))
+    return make_problem(model, X, y, **kwargs)
+
+
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
+@pytest.mark.parametrize("model", ["lasso", "elastic_net", "ridge", "svm", "logistic"])
+def test_tpa_epoch_equals_cpu_epoch_in_the_same_order(cuda_kernels, model, sparse):
+    p = _tiny(model, sparse)
+    n = p.n_coords
+    order = np.random.default_rng(0).permutation(n)
+    coords = np.arange(n)
+    results = []
+    for kernel in ("cpu", "cuda"):
+        a = np.zeros(n)
+        z, off = -p.c * p.b, np.zeros(1)
+        for _ in range(3):
+            if kernel == "cpu" and sparse:
+                cpu.scd_epoch_sparse(p.A.indptr, p.A.indices, p.A.data, coords, order, a, z, off,
+                                     p.mu, p.sqnorm, p.c, p.model, *p.params)
+            elif kernel == "cpu":
+                cpu.scd_epoch_dense(p.A, coords, order, a, z, off, p.mu, p.sqnorm, p.c, p.model,
+                                    *p.params)
+            elif sparse:
+                cuda_kernels.tpa_scd_sparse[n, cuda_kernels.TPB](
+                    p.A.indptr, p.A.indices, p.A.data, coords, order, a, z, off, p.mu, p.sqnorm,
+                    p.c, p.model, *p.params)
+            else:
+                cuda_kernels.tpa_scd_dense[n, cuda_kernels.TPB](
+                    p.A, coords, order, a, z, off, p.mu, p.sqnorm, p.c, p.model, *p.params)
+        results.append((a, z, off))
+    (a_cpu, z_cpu, off_cpu), (a_gpu, z_gpu, off_gpu) = results
+    assert np.abs(a_cpu).max() > 0  # the epochs did something
+    np.testing.assert_allclose(a_gpu, a_cpu, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(z_gpu, z_cpu, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(off_gpu, off_cpu, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
+def test_gap_kernel_equals_cpu_gaps(cuda_kernels, sparse):
+    p = _tiny("svm", sparse)
+    rng = np.random.default_rng(3)
+    a = rng.uniform(0, p.params[0], p.n_coords)
+    z, off = p.state_from(a)
+    rows = np.arange(p.n_coords)
+    out = np.empty(p.n_coords)
+    if sparse:
+        cuda_kernels.gaps_sparse[p.n_coords, cuda_kernels.TPB](
+            p.A.indptr, p.A.indices, p.A.data, rows, rows, a, z, off, p.mu, p.c, p.model,
+            *p.params, out)
+    else:
+        cuda_kernels.gaps_dense[p.n_coords, cuda_kernels.TPB](
+            p.A, rows, rows, a, z, off, p.mu, p.c, p.model, *p.params, out)
+    # the oracle: the hinge gap formula of the DuHL paper, from w = sum a_i y_i x_i
+    margins = np.asarray(p.A @ z).ravel()
+    expected = p.params[0] * np.maximum(0, 1 - margins) - a * (1 - margins)
+    np.testing.assert_allclose(out, expected, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("model", ["lasso", "hinge", "logistic"])
+def test_duhl_on_cuda_sim_reaches_the_oracle_optimum(cuda_kernels, model):
+    X, y = go.make_data(go.kind_of(model), False, np.float64)
+    X, y = X[:24, :8], y[:24]
+    if go.kind_of(model) == "classification" and np.unique(y).shape[0] < 2:
+        pytest.fail("the subsample lost a class")
+    params = go.params_for(model, X, y)
+    oracle = go.oracle(model, X, y, params)
+    problem = make_problem(go.PROBLEM_NAME[model], X, y, **params)
+    res = DuHL(memory_budget=0.5, tol=1e-8, local_epochs=2, max_epochs=400, random_state=0,
+               device="cuda_sim").solve(problem)
+    assert res.status == "converged"
+    assert res.trace["n_resident"].max() <= problem.n_coords // 2 + 1
+    # the certified state reaches the oracle's objective
+    assert abs(res.primal - oracle["P"]) <= 1e-6 * abs(oracle["P"])
+    # data moved into the simulated device was counted, beyond the first block
+    assert res.bytes_h2d > int(problem.coord_bytes.sum()) // 2
+
+
+def test_cuda_without_a_gpu_says_so_in_one_line():
+    p = _tiny("lasso", False)
+    try:
+        import cupy
+
+        if cupy.cuda.is_available():
+            pytest.skip("a GPU is present")
+    except ImportError:
+        pass
+    with pytest.raises(backend.NoCudaDevice, match="no CUDA device found: use device=cpu or device=cuda_sim"):
+        DuHL(device="cuda").solve(p)
