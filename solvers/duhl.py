@@ -29,8 +29,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from solvers.backend import make_block
-from solvers.selection import Policy
+from solvers.backend import DEVICES, make_block
+from solvers.selection import POLICIES, Policy
 from solvers.trace import Trace
 
 _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
@@ -117,6 +117,7 @@ class DuHL:
         self.device = device
         self.random_state = random_state
         self.callback = callback
+        self._validate()
 
     def _validate(self):
         if not isinstance(self.local_epochs, (int, np.integer)) or self.local_epochs < 1:
@@ -131,6 +132,13 @@ class DuHL:
                                               and self.max_time > 0):
             raise ValueError("The 'max_time' parameter of DuHL must be None or a number > 0. "
                              f"Got {self.max_time!r} instead.")
+        parse_budget(self.memory_budget, 1)  # the form; the size against the data in solve()
+        if self.selection not in POLICIES:
+            raise ValueError(f"The 'selection' parameter must be one of {POLICIES}. "
+                             f"Got {self.selection!r} instead.")
+        if self.device not in DEVICES:
+            raise ValueError(f"The 'device' parameter must be one of {DEVICES}. "
+                             f"Got {self.device!r} instead.")
 
     def _budget_bytes(self, problem):
         coord_bytes = problem.coord_bytes

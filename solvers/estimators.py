@@ -25,7 +25,25 @@ _ACCEPT_SPARSE = ("csr", "csc", "coo")
 class _DuHLEstimator(BaseEstimator):
     _model = None
 
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True
+        return tags
+
+    def _check_params(self):
+        """The estimator's own parameters, named as the user set them."""
+        name = type(self).__name__
+        if isinstance(self.max_iter, bool) or not isinstance(self.max_iter, (int, np.integer)) \
+                or self.max_iter < 1:
+            raise ValueError(f"The 'max_iter' parameter of {name} must be an int >= 1. "
+                             f"Got {self.max_iter!r} instead.")
+        if isinstance(self.tol, bool) or not isinstance(self.tol, (int, float, np.floating)) \
+                or not self.tol >= 0:
+            raise ValueError(f"The 'tol' parameter of {name} must be a float >= 0. "
+                             f"Got {self.tol!r} instead.")
+
     def _solver(self):
+        self._check_params()
         return DuHL(memory_budget=self.memory_budget, selection=self.selection, tol=self.tol,
                     max_epochs=self.max_iter, device=self.device, random_state=self.random_state)
 
