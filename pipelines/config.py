@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
+from tasks.cluster import ClusterConfig, LocalClusterConfig, RemoteClusterConfig, SlurmClusterConfig
 from tasks.data import LibsvmData, SklearnData, SyntheticDenseData, SyntheticSparseData
 
 
@@ -79,11 +80,6 @@ class DeviceConfig:
 
 
 @dataclass
-class ClusterConfig:
-    name: str = "none"
-
-
-@dataclass
 class TrackingConfig:
     enabled: bool = True
     uri: Optional[str] = None  # None: $MLFLOW_TRACKING_URI, else sqlite:///<project>/mlflow.db
@@ -132,7 +128,8 @@ SCHEMAS = {
              "libsvm": LibsvmData, "sklearn": SklearnData},
     "solver": {"duhl": SolverConfig},
     "device": {"base": DeviceConfig},
-    "cluster": {"base": ClusterConfig},
+    "cluster": {"base": ClusterConfig, "local": LocalClusterConfig, "remote": RemoteClusterConfig,
+                "slurm": SlurmClusterConfig},
     "tracking": {"base": TrackingConfig},
 }
 

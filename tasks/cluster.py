@@ -1,0 +1,206 @@
+"""Cluster start-up: the Dask cluster an experiment runs on, from its config.
+
+``connect(cluster_cfg)`` is a context manager that yields a
+``dask.distributed.Client`` (or ``None`` for ``none``: everything in-process)
+and tears down what it started on exit:
+
+======== ====================================================================
+name     what it starts / joins
+======== ====================================================================
+none     nothing: solvers run in the driver process
+local    ``dask.distributed.LocalCluster`` (worker processes on this machine)
+remote   an existing scheduler at ``address`` (nothing started, nothing stopped)
+slurm    ``dask_jobqueue.SLURMCluster`` scaled to ``n_jobs`` batch jobs
+======== ====================================================================
+
+``local_cuda`` (Dask-CUDA's LocalCUDACluster, one worker per GPU) belongs to
+the GPU work: add a ``LocalCudaClusterConfig`` and a ``_start_local_cuda``
+below and list it in ``STARTERS``; nothing else here changes.
+
+The config dataclasses double as the Hydra schemas of conf/cluster/*.yaml
+(registered by pipelines/config.py): a YAML key is a constructor argument.
+Every wait on the cluster is bounded by ``timeout_s``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterator, List, Mapping, Optional
+
+CLUSTERS = ("none", "local", "remote", "slurm")  # + "local_cuda" with the GPU work
+
+
+@dataclass
+class ClusterConfig:
+    name: str = "none"
+
+
+@dataclass
+class LocalClusterConfig(ClusterConfig):
+    name: str = "local"
+    n_workers: int = 2
+    threads_per_worker: int = 1
+    memory_limit: Any = "auto"  # bytes, a size like "2GB", "auto" or 0 (no limit), per worker
+    processes: bool = True
+    dashboard_address: Optional[str] = None  # e.g. ":8787"; None: no dashboard
+    timeout_s: float = 60.0  # start-up and every wait on the cluster
+
+
+@dataclass
+class RemoteClusterConfig(ClusterConfig):
+    name: str = "remote"
+    address: str = "???"  # tcp://host:8786 of a running dask scheduler
+    timeout_s: float = 60.0
+
+
+@dataclass
+class SlurmClusterConfig(ClusterConfig):
+    """dask_jobqueue.SLURMCluster's usual parameters; n_jobs batch jobs are started."""
+
+    name: str = "slurm"
+    queue: Optional[str] = None
+    account: Optional[str] = None
+    cores: int = 4  # per job
+    processes: int = 1  # worker processes per job
+    memory: str = "16GB"  # per job
+    walltime: str = "01:00:00"
+    job_extra_directives: List[str] = field(default_factory=list)
+    job_script_prologue: List[str] = field(default_factory=list)  # e.g. module load, venv activate
+    local_directory: Optional[str] = None
+    interface: Optional[str] = None
+    n_jobs: int = 2
+    timeout_s: float = 600.0  # batch queues can be slow to start jobs
+
+
+SCHEMAS = {"none": ClusterConfig, "local": LocalClusterConfig, "remote": RemoteClusterConfig,
+           "slurm": SlurmClusterConfig}
+
+
+def _as_dict(cluster_cfg: Any) -> Dict[str, Any]:
+    if cluster_cfg is None:
+        return {"name": "none"}
+    if dataclasses.is_dataclass(cluster_cfg):
+        return dataclasses.asdict(cluster_cfg)
+    try:  # an OmegaConf node
+        from omegaconf import DictConfig, OmegaConf
+
+        if isinstance(cluster_cfg, DictConfig):
+            return OmegaConf.to_container(cluster_cfg, resolve=True)
+    except ImportError:  # pragma: no cover
+        pass
+    return dict(cluster_cfg)
+
+
+def validate_cluster_config(cluster_cfg: Any):
+    """The config as its dataclass; a one-line ValueError on a bad value."""
+    cfg = _as_dict(cluster_cfg)
+    name = cfg.get("name", "none")
+    if name not in SCHEMAS:
+        raise ValueError(f"The 'name' parameter of cluster must be one of {sorted(SCHEMAS)}. Got {name!r} instead.")
+    schema = SCHEMAS[name]
+    known = {f.name for f in dataclasses.fields(schema)}
+    unknown = sorted(set(cfg) - known)
+    if unknown:
+        raise ValueError(f"Cluster '{name}' has unknown key(s) {unknown}. Known: {sorted(known)}.")
+    c = schema(**cfg)
+    if name == "local":
+        for key in ("n_workers", "threads_per_worker"):
+            value = getattr(c, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"The '{key}' parameter of cluster 'local' must be an int >= 1. Got {value!r} instead.")
+    if name == "remote" and (not isinstance(c.address, str) or c.address in ("", "???")):
+        raise ValueError("The 'address' parameter of cluster 'remote' must be a scheduler address like "
+                         f"'tcp://host:8786'. Got {c.address!r} instead.")
+    if name == "slurm" and (isinstance(c.n_jobs, bool) or not isinstance(c.n_jobs, int) or c.n_jobs < 1):
+        raise ValueError(f"The 'n_jobs' parameter of cluster 'slurm' must be an int >= 1. Got {c.n_jobs!r} instead.")
+    timeout = getattr(c, "timeout_s", 1.0)
+    if not (isinstance(timeout, (int, float)) and timeout > 0):
+        raise ValueError(f"The 'timeout_s' parameter of cluster '{name}' must be a number > 0. Got {timeout!r} instead.")
+    return c
+
+
+def _start_local(c: LocalClusterConfig):
+    from dask.distributed import LocalCluster
+
+    return LocalCluster(n_workers=c.n_workers, threads_per_worker=c.threads_per_worker,
+                        memory_limit=c.memory_limit, processes=c.processes,
+                        dashboard_address=c.dashboard_address, timeout=c.timeout_s)
+
+
+def _start_slurm(c: SlurmClusterConfig):
+    try:
+        from dask_jobqueue import SLURMCluster
+    except ImportError as error:
+        raise RuntimeError("cluster=slurm needs dask-jobqueue: pip install dask-jobqueue") from error
+    kwargs = {k: v for k, v in dataclasses.asdict(c).items()
+              if k not in ("name", "n_jobs", "timeout_s") and v not in (None, [])}
+    cluster = SLURMCluster(**kwargs)
+    cluster.scale(jobs=c.n_jobs)
+    return cluster
+
+
+STARTERS = {"local": _start_local, "slurm": _start_slurm}  # "local_cuda": with the GPU work
+
+
+def n_expected_workers(c: Any) -> int:
+    """How many workers to wait for before work starts (0: don't wait)."""
+    if isinstance(c, LocalClusterConfig):
+        return c.n_workers
+    if isinstance(c, SlurmClusterConfig):
+        return 1  # start as soon as one job runs; more join as they start
+    return 0
+
+
+@contextlib.contextmanager
+def connect(cluster_cfg: Any) -> Iterator[Optional[Any]]:
+    """Yield a ``dask.distributed.Client`` for the configured cluster (None for ``none``).
+
+    Started clusters are closed on exit; a remote scheduler is only disconnected from.
+    """
+    c = validate_cluster_config(cluster_cfg)
+    if c.name == "none":
+        yield None
+        return
+    from dask.distributed import Client
+
+    cluster = STARTERS[c.name](c) if c.name in STARTERS else None
+    try:
+        if cluster is not None:
+            client = Client(cluster, timeout=c.timeout_s)
+        else:
+            try:
+                client = Client(c.address, timeout=c.timeout_s)
+            except OSError as error:
+                raise ConnectionError(f"Could not reach the dask scheduler at {c.address!r} within "
+                                      f"{c.timeout_s:g}s: {error}") from None
+        try:
+            wanted = n_expected_workers(c)
+            if wanted:
+                client.wait_for_workers(wanted, timeout=c.timeout_s)
+            yield client
+        finally:
+            client.close(timeout=c.timeout_s)
+    finally:
+        if cluster is not None:
+            cluster.close(timeout=c.timeout_s)
+
+
+def describe(client: Any) -> Mapping[str, Any]:
+    """Worker count, threads and addresses of a client's cluster (for run tags)."""
+    if client is None:
+        return {"n_workers": 0}
+    info = client.scheduler_info(n_workers=-1) if "n_workers" in _params(client.scheduler_info) else client.scheduler_info()
+    workers = info.get("workers", {})
+    return {"n_workers": len(workers), "threads": sum(w.get("nthreads", 0) for w in workers.values()),
+            "scheduler": info.get("address", "")}
+
+
+def _params(fn) -> tuple:
+    import inspect
+
+    try:
+        return tuple(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):  # pragma: no cover
+        return ()
