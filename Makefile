@@ -13,10 +13,10 @@ PORT   ?= 5000
 MLFLOW_DB ?= mlflow.db
 
 .DEFAULT_GOAL := help
-.PHONY: help install experiment sweep ui test bench
+.PHONY: help install install-gpu experiment sweep ui test test-gpu bench bench-solvers bench-gpu
 
 help:  ## this list
-	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
 	@echo '  ARGS="..." passes Hydra overrides, e.g. make experiment ARGS="experiment=duhl_svm"'
 
 $(PY):
@@ -43,3 +43,15 @@ test: $(STAMP)  ## the tests without the gpu and slow markers
 
 bench: $(STAMP)  ## benchmarks (pipelines.bench)
 	$(PY) -m pipelines.bench $(ARGS)
+
+install-gpu: $(STAMP)  ## add the CUDA 13 extra (CuPy, numba-cuda, dask-cuda) on a GPU machine
+	$(PY) -m pip install -e ".[gpu,dev]"
+
+test-gpu: install-gpu  ## the tests that need a CUDA GPU (marker gpu)
+	NUMBA_ENABLE_CUDASIM=0 $(PY) -m pytest -m gpu -rs $(ARGS)
+
+bench-solvers: $(STAMP)  ## our epoch vs scikit-learn's; DuHL vs streaming (QUICK=1: small)
+	$(PY) -m pipelines.bench_solvers $(if $(QUICK),--quick) $(ARGS)
+
+bench-gpu: install-gpu  ## GPU epochs vs the HBM floor, swap GB/s, DuHL vs sequential (needs a GPU)
+	$(PY) -m pipelines.bench_gpu $(if $(QUICK),--quick) $(ARGS)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +33,7 @@ from pipelines.config import SolverConfig, check_config, register_configs
 from pipelines.tracking import (PROJECT_ROOT, SWEEP_PARENT_ENV, RoundSampler, flatten, open_tracker,
                                 run_tags, stop_on_sigterm)
 from tasks.data import cache_key, load_dataset, resolve_path, validate_data_config
-from tasks.solve import build_problem, check_model, make_solver, run_arm, warmup
+from tasks.solve import NoCudaDevice, build_problem, check_device, check_model, make_solver, run_arm, warmup
 
 log = logging.getLogger(__name__)
 register_configs()
@@ -115,7 +116,11 @@ def run_experiment(cfg: DictConfig, output_dir: Path, run_name: str = "",
                    overrides: List[str] = ()) -> Dict[str, Dict[str, float]]:
     started = time.perf_counter()
     try:
+        check_device(cfg.device.name)
         plan = plan_experiment(cfg)
+    except NoCudaDevice as error:  # one line, exit code 2, before any run is opened
+        print(error, file=sys.stderr)
+        raise SystemExit(2) from None
     except (ValueError, TypeError, OSError, OmegaConfBaseException) as error:
         message = " ".join(str(error).split("\n")[0:1])  # OmegaConf adds full_key lines
         raise SystemExit(f"Error: {message}") from None

@@ -216,6 +216,14 @@ def _cupy():
     return cupy
 
 
+def check_device(device):
+    """Raise NoCudaDevice (device="cuda" without a usable GPU) or ValueError (unknown name)."""
+    if device not in DEVICES:
+        raise ValueError(f"The 'device' parameter must be one of {DEVICES}. Got {device!r} instead.")
+    if device == "cuda":
+        _cupy()
+
+
 def free_device_bytes(device):
     """Free memory of the GPU (None for cpu and cuda_sim)."""
     if device != "cuda":

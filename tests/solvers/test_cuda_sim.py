@@ -129,3 +129,13 @@ def test_cuda_without_a_gpu_says_so_in_one_line():
         pass
     with pytest.raises(backend.NoCudaDevice, match="no CUDA device found: use device=cpu or device=cuda_sim"):
         DuHL(device="cuda").solve(p)
+
+
+def test_budget_above_free_gpu_memory_is_cut_with_a_warning(cuda_kernels, monkeypatch):
+    p = _tiny("lasso", False)
+    free = 3 * p.A.shape[1] * p.A.itemsize / 0.9  # room for three coordinates after the 10% margin
+    monkeypatch.setattr(backend, "free_device_bytes", lambda device: free)
+    with pytest.warns(RuntimeWarning, match=r"memory_budget of .* GB is more than fits on the GPU"):
+        block = backend.make_block(p, None, device="cuda_sim")
+    assert block.capacity_bytes <= 0.9 * free
+    assert block.data.shape[0] == 3

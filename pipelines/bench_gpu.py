@@ -1,0 +1,138 @@
+"""GPU benchmark (`make bench-gpu`): needs a CUDA GPU and `pip install -e .[gpu]`.
+
+Prints, in one run:
+1. per model, the TPA-SCD epoch time on a fully resident block against the
+   HBM floor: block bytes / device-to-device copy bandwidth measured here;
+2. host->device GB/s achieved by DuHL's swaps against a plain pinned copy
+   measured here;
+3. DuHL (gap) vs sequential vs random: time to rel_gap 1e-6 on a Lasso whose
+   data is 4x the device budget (memory_budget=0.25).
+Medians of repeated runs; compilation happens in a warm-up, reported apart.
+"""
+
+import argparse
+import statistics
+import sys
+import time
+
+import numpy as np
+
+from pipelines.bench_solvers import lasso_problem, print_table
+from solvers.backend import NoCudaDevice, check_device, make_block
+from solvers.duhl import DuHL
+from solvers.problems import make_problem
+
+
+def _timed(fn, sync, repeats=5):
+    fn()
+    sync()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def copy_bandwidths(cp, nbytes=1 << 28):
+    """(device-to-device, pinned host-to-device) GB/s, each counting the bytes moved once."""
+    src = cp.ones(nbytes // 8)
+    dst = cp.empty_like(src)
+    sync = cp.cuda.Device().synchronize
+    d2d = nbytes / _timed(lambda: dst.__setitem__(Ellipsis, src), sync) / 1e9
+    pinned = cp.cuda.alloc_pinned_memory(nbytes)
+    host = np.frombuffer(pinned, np.float64, nbytes // 8)
+    h2d = nbytes / _timed(lambda: dst.set(host), sync) / 1e9
+    return d2d, h2d
+
+
+def epoch_rows(cp, d2d, n, d):
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((n, d))
+    y_reg = X[:, :20] @ rng.standard_normal(20) + rng.standard_normal(n)
+    y_cls = np.sign(y_reg - np.median(y_reg))
+    problems = {"lasso": make_problem("lasso", X, y_reg, alpha=0.01),
+                "elastic_net": make_problem("elastic_net", X, y_reg, alpha=0.01),
+                "ridge": make_problem("ridge", X, y_reg, alpha=1.0),
+                "svm": make_problem("svm", X, y_cls, C=0.01),
+                "logistic": make_problem("logistic", X, y_cls, C=0.01)}
+    rows = []
+    for name, p in problems.items():
+        block = make_block(p, None, device="cuda")
+        block.assign(np.arange(p.n_coords))
+        dev = block.device
+        st = dev.begin_round((np.zeros(p.n_coords), -p.c * p.b, np.zeros(1)))
+        coords = dev.xp.asarray(block.slot_coord)
+        order = np.random.default_rng(0).permutation(p.n_coords)
+        epoch = _timed(lambda: dev.epoch_dense(block.data, coords, order, st, p),
+                       dev.compute_stream.synchronize)
+        floor = block.data.nbytes / (d2d * 1e9)
+        rows.append(dict(model=name, coords=p.n_coords, block_gb=block.data.nbytes / 1e9,
+                         epoch_ms=1e3 * epoch, hbm_floor_ms=1e3 * floor, vs_floor=epoch / floor))
+    return rows
+
+
+def swap_rate(n, d):
+    """GB/s of DuHL's swaps: a full block of new coordinates, host->device."""
+    X, y, alpha = lasso_problem(n, d, 20, 0.1)
+    p = make_problem("lasso", X, y, alpha=alpha)
+    block = make_block(p, int(0.25 * p.coord_bytes.sum()), device="cuda")
+    k = block.data.shape[0]
+    halves = [np.arange(k), np.arange(k, 2 * k)]
+    times = []
+    for i in range(6):
+        before = block.bytes_h2d
+        t0 = time.perf_counter()
+        block.assign(halves[i % 2])
+        block.device.compute_stream.synchronize()
+        times.append((block.bytes_h2d - before) / (time.perf_counter() - t0) / 1e9)
+    return statistics.median(times[1:])
+
+
+def duhl_rows(n, d, k, repeats):
+    X, y, alpha = lasso_problem(n, d, k, 0.05)
+    p = make_problem("lasso", X, y, alpha=alpha)
+    rows = []
+    for arm, selection in (("gap", "gap"), ("sequential", "sequential"), ("random", "random")):
+        results = [DuHL(memory_budget=0.25, selection=selection, tol=1e-6, max_time=300,
+                        random_state=s, device="cuda").solve(p) for s in range(repeats)]
+        rows.append(dict(arm=arm, status=results[0].status,
+                         time_s=statistics.median(r.time_s for r in results),
+                         epochs=statistics.median(r.epochs for r in results),
+                         gb_h2d=statistics.median(r.bytes_h2d for r in results) / 1e9))
+    for r in rows:
+        r["time_vs_gap"] = r["time_s"] / rows[0]["time_s"]
+    return rows
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description="GPU benchmark")
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args(argv)
+    try:
+        check_device("cuda")
+    except NoCudaDevice as err:
+        print(err, file=sys.stderr)
+        raise SystemExit(2) from None
+    import cupy as cp
+
+    t0 = time.perf_counter()
+    warm = epoch_rows(cp, 1.0, 64, 32)  # compiles every kernel signature used below
+    print(f"warm-up (kernel compilation): {time.perf_counter() - t0:.1f} s, excluded; "
+          f"GPU: {cp.cuda.runtime.getDeviceProperties(0)['name'].decode()}")
+    del warm
+    d2d, h2d = copy_bandwidths(cp)
+    print(f"device-to-device copy: {d2d:.0f} GB/s; pinned host-to-device copy: {h2d:.1f} GB/s")
+    n, d = (20000, 1000) if args.quick else (100000, 2000)
+    print_table(epoch_rows(cp, d2d, n, d), f"TPA-SCD epoch, {n} x {d} float64, all resident")
+    rate = swap_rate(n, d)
+    print(f"\nDuHL swaps host->device: {rate:.1f} GB/s = {rate / h2d:.0%} of the pinned copy")
+    n, d, k = (5000, 20000, 100) if args.quick else (20000, 50000, 200)
+    print_table(duhl_rows(n, d, k, args.repeats),
+                f"Lasso {n} x {d} (data 4x the budget): time to rel_gap 1e-6")
+
+
+if __name__ == "__main__":
+    main()
