@@ -16,7 +16,8 @@ from typing import Any, Dict, List, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from tasks.cluster import ClusterConfig, LocalClusterConfig, RemoteClusterConfig, SlurmClusterConfig
+from tasks.cluster import (ClusterConfig, LocalClusterConfig, LocalCudaClusterConfig, RemoteClusterConfig,
+                           SlurmClusterConfig)
 from tasks.data import LibsvmData, SklearnData, SyntheticDenseData, SyntheticSparseData
 
 
@@ -128,7 +129,8 @@ SCHEMAS = {
              "libsvm": LibsvmData, "sklearn": SklearnData},
     "solver": {"duhl": SolverConfig},
     "device": {"base": DeviceConfig},
-    "cluster": {"base": ClusterConfig, "local": LocalClusterConfig, "remote": RemoteClusterConfig,
+    "cluster": {"base": ClusterConfig, "local": LocalClusterConfig, "local_cuda": LocalCudaClusterConfig,
+                "remote": RemoteClusterConfig,
                 "slurm": SlurmClusterConfig},
     "tracking": {"base": TrackingConfig},
 }

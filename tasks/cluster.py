@@ -13,9 +13,9 @@ remote   an existing scheduler at ``address`` (nothing started, nothing stopped)
 slurm    ``dask_jobqueue.SLURMCluster`` scaled to ``n_jobs`` batch jobs
 ======== ====================================================================
 
-``local_cuda`` (Dask-CUDA's LocalCUDACluster, one worker per GPU) belongs to
-the GPU work: add a ``LocalCudaClusterConfig`` and a ``_start_local_cuda``
-below and list it in ``STARTERS``; nothing else here changes.
+``local_cuda`` is Dask-CUDA's ``LocalCUDACluster``: one worker per GPU
+(``CUDA_VISIBLE_DEVICES``), with ``device_memory_limit`` (spilling to host
+beyond it) and an RMM pool of ``rmm_pool_size`` per GPU (``pip install -e .[gpu]``).
 
 The config dataclasses double as the Hydra schemas of conf/cluster/*.yaml
 (registered by pipelines/config.py): a YAML key is a constructor argument.
@@ -29,7 +29,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Mapping, Optional
 
-CLUSTERS = ("none", "local", "remote", "slurm")  # + "local_cuda" with the GPU work
+CLUSTERS = ("none", "local", "local_cuda", "remote", "slurm")
 
 
 @dataclass
@@ -46,6 +46,19 @@ class LocalClusterConfig(ClusterConfig):
     processes: bool = True
     dashboard_address: Optional[str] = None  # e.g. ":8787"; None: no dashboard
     timeout_s: float = 60.0  # start-up and every wait on the cluster
+
+
+@dataclass
+class LocalCudaClusterConfig(ClusterConfig):
+    """dask_cuda.LocalCUDACluster: one worker process per visible GPU."""
+
+    name: str = "local_cuda"
+    CUDA_VISIBLE_DEVICES: Optional[str] = None  # e.g. "0,1"; None: every GPU
+    device_memory_limit: Any = 0.8  # fraction of each GPU, or a size like "30GB"; spill beyond
+    rmm_pool_size: Optional[str] = None  # e.g. "20GB": a memory pool per GPU
+    threads_per_worker: int = 1
+    dashboard_address: Optional[str] = None
+    timeout_s: float = 120.0
 
 
 @dataclass
@@ -74,8 +87,8 @@ class SlurmClusterConfig(ClusterConfig):
     timeout_s: float = 600.0  # batch queues can be slow to start jobs
 
 
-SCHEMAS = {"none": ClusterConfig, "local": LocalClusterConfig, "remote": RemoteClusterConfig,
-           "slurm": SlurmClusterConfig}
+SCHEMAS = {"none": ClusterConfig, "local": LocalClusterConfig, "local_cuda": LocalCudaClusterConfig,
+           "remote": RemoteClusterConfig, "slurm": SlurmClusterConfig}
 
 
 def _as_dict(cluster_cfg: Any) -> Dict[str, Any]:
@@ -141,14 +154,25 @@ def _start_slurm(c: SlurmClusterConfig):
     return cluster
 
 
-STARTERS = {"local": _start_local, "slurm": _start_slurm}  # "local_cuda": with the GPU work
+def _start_local_cuda(c: LocalCudaClusterConfig):
+    try:
+        from dask_cuda import LocalCUDACluster
+    except ImportError as error:
+        raise RuntimeError("cluster=local_cuda needs dask-cuda and a GPU: pip install -e .[gpu]") from error
+    return LocalCUDACluster(CUDA_VISIBLE_DEVICES=c.CUDA_VISIBLE_DEVICES,
+                            device_memory_limit=c.device_memory_limit, rmm_pool_size=c.rmm_pool_size,
+                            threads_per_worker=c.threads_per_worker,
+                            dashboard_address=c.dashboard_address)
+
+
+STARTERS = {"local": _start_local, "local_cuda": _start_local_cuda, "slurm": _start_slurm}
 
 
 def n_expected_workers(c: Any) -> int:
     """How many workers to wait for before work starts (0: don't wait)."""
     if isinstance(c, LocalClusterConfig):
         return c.n_workers
-    if isinstance(c, SlurmClusterConfig):
+    if isinstance(c, SlurmClusterConfig | LocalCudaClusterConfig):
         return 1  # start as soon as one job runs; more join as they start
     return 0
 
