@@ -1,0 +1,1 @@
+"""Distributed algorithms as single-process state machines (no Dask): CoCoA+, DIANA."""
