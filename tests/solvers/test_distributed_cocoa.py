@@ -44,11 +44,13 @@ def test_hinge_svm_sample_partition_reaches_sklearn(svm_data):
     C = 0.1
     p = make_problem("svm", X, y, C=C, fit_intercept=False)
     res = CoCoA(n_parts=2, tol=1e-10, max_epochs=20000, random_state=0).solve(p)
-    sk = LinearSVC(C=C, loss="hinge", dual=True, fit_intercept=False, tol=1e-12, max_iter=1000000).fit(X, y)
+    sk = LinearSVC(C=C, loss="hinge", dual=True, fit_intercept=False, tol=1e-12, max_iter=1000000, random_state=0).fit(X, y)
     s = np.where(y == 1, 1.0, -1.0)
     target = 0.5 * sk.coef_.ravel() @ sk.coef_.ravel() + C * np.maximum(0, 1 - s * (X @ sk.coef_.ravel())).sum()
     assert res.converged
-    assert abs(res.primal - target) <= 1e-6 * target
+    # liblinear stops loosely on hinge: ours must be at least as good, and certified by its gap
+    assert res.primal <= target * (1 + 1e-6)
+    assert res.primal - res.dual <= 1e-6 * res.primal
 
 
 def test_k1_reproduces_single_machine_trace(lasso_data):
