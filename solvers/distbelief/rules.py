@@ -1,0 +1,58 @@
+"""Update rules a parameter-server shard applies to a pushed gradient.
+
+Adagrad (DistBelief's choice): per parameter, ``w_i -= gamma g_i / sqrt(G_i)``
+with ``G_i`` the running sum of squared gradients of that parameter (plus
+``eps`` so an untouched parameter does not divide by zero). Fixed: ``w -= lr g``.
+Both update ``w`` in place and keep their state as arrays that snapshot as is.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+RULES = ("adagrad", "fixed")
+
+
+class FixedRate:
+    name = "fixed"
+
+    def __init__(self, size: int, lr: float = 0.1, xp=np):
+        if not lr > 0:
+            raise ValueError(f"The 'lr' parameter of the fixed-rate rule must be a float > 0. Got {lr!r} instead.")
+        self.lr = float(lr)
+
+    def apply(self, w, g) -> None:
+        w -= self.lr * g
+
+    def state(self) -> dict:
+        return {}
+
+    def load(self, state: dict) -> None:
+        pass
+
+
+class Adagrad:
+    name = "adagrad"
+
+    def __init__(self, size: int, lr: float = 0.1, eps: float = 1e-8, xp=np):
+        if not lr > 0:
+            raise ValueError(f"The 'lr' parameter of the Adagrad rule must be a float > 0. Got {lr!r} instead.")
+        self.lr = float(lr)  # gamma
+        self.eps = float(eps)
+        self.sum_sq = xp.zeros(size)
+
+    def apply(self, w, g) -> None:
+        self.sum_sq += g * g
+        w -= self.lr * g / (np.sqrt(self.sum_sq) + self.eps)
+
+    def state(self) -> dict:
+        return {"sum_sq": self.sum_sq}
+
+    def load(self, state: dict) -> None:
+        self.sum_sq[...] = state["sum_sq"]
+
+
+def make_rule(name: str, size: int, lr: float, xp=np):
+    if name not in RULES:
+        raise ValueError(f"The 'rule' parameter of Downpour must be one of {RULES}. Got {name!r} instead.")
+    return (Adagrad if name == "adagrad" else FixedRate)(size, lr=lr, xp=xp)

@@ -1,0 +1,96 @@
+"""Shared by tasks.downpour and tasks.sandblaster: which rows a replica owns,
+labels as the models need them, reading rows from the dataset cache on the
+worker (data never travels through the client), live workers, trace rows."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+import numpy as np
+import scipy.sparse as sp
+
+from solvers.distbelief.models import CLASSIFIERS, make_model
+from tasks.data import read_cached
+
+_DATASETS: Dict[str, Any] = {}  # folder -> memory-mapped Dataset, per process
+
+
+@dataclass
+class DataSpec:
+    """Where the data is and how it is cut: rows [0, n_train) train, the rest test."""
+
+    folder: str
+    n_rows: int
+    n_features: int
+    test_fraction: float = 0.2
+
+    @property
+    def n_train(self) -> int:
+        return int(round(self.n_rows * (1.0 - self.test_fraction)))
+
+    def replica_rows(self, k: int, n_replicas: int) -> Tuple[int, int]:
+        edges = np.linspace(0, self.n_train, n_replicas + 1).astype(int)
+        return int(edges[k]), int(edges[k + 1])
+
+
+def data_spec(dataset, test_fraction: float = 0.2) -> DataSpec:
+    if not 0 < test_fraction < 1:
+        raise ValueError(f"The 'test_fraction' parameter must be a float in (0, 1). Got {test_fraction!r} instead.")
+    return DataSpec(str(dataset.path), int(dataset.shape[0]), int(dataset.shape[1]), test_fraction)
+
+
+def labels(model_name: str, y) -> np.ndarray:
+    """+-1 labels for classifiers (two classes: the larger is +1; continuous: above the median)."""
+    y = np.asarray(y, dtype=float)
+    if model_name not in CLASSIFIERS:
+        return y
+    classes = np.unique(y)
+    threshold = classes.max() if classes.size <= 2 else np.median(y)
+    return np.where(y >= threshold if classes.size <= 2 else y > threshold, 1.0, -1.0)
+
+
+def load_rows(spec: DataSpec, model_name: str, start: int, stop: int):
+    """Rows [start, stop) of the cached dataset, in memory, with +-1 labels (on the worker)."""
+    ds = _DATASETS.get(spec.folder)
+    if ds is None:
+        ds = _DATASETS[spec.folder] = read_cached(Path(spec.folder))
+    if not hasattr(ds, "labels_" + model_name):
+        setattr(ds, "labels_" + model_name, labels(model_name, ds.y))
+    y = getattr(ds, "labels_" + model_name)[start:stop]
+    X = ds.X[start:stop]
+    X = sp.csr_matrix(X, copy=True) if sp.issparse(X) else np.ascontiguousarray(X)
+    return X, np.array(y)
+
+
+def build_model(model_cfg: Mapping[str, Any], n_features: int, n_train: int):
+    """The solvers.distbelief model of a model config (logistic/svm use C: alpha = 1 / (C n))."""
+    kw = dict(model_cfg)
+    name = kw.pop("name")
+    if name == "ridge":
+        name = "least_squares"
+    alpha = kw.get("alpha")
+    if alpha is None:
+        alpha = 1.0 / (float(kw.get("C", 1.0)) * n_train)
+    extra = {"hidden": int(kw["hidden"])} if name == "mlp" else {}
+    return make_model(name, n_features, alpha=float(alpha), **extra)
+
+
+def live_workers(client) -> List[str]:
+    """The scheduler's workers now (a fresh query: ``Client.scheduler_info()`` returns a
+    cache that a background refresh may leave without per-worker entries)."""
+    info = client.sync(client.scheduler.identity, n_workers=-1)
+    return sorted(info.get("workers", {}))
+
+
+def eval_rows(spec: DataSpec, model_name: str, n_eval: int):
+    """Train rows (evenly spaced, at most n_eval) and test rows for the driver's evaluation."""
+    ds = _DATASETS.get(spec.folder) or read_cached(Path(spec.folder))
+    y = labels(model_name, ds.y)
+    train = np.linspace(0, spec.n_train - 1, min(n_eval, spec.n_train)).astype(int)
+    n_test = spec.n_rows - spec.n_train
+    test = spec.n_train + np.linspace(0, n_test - 1, min(n_eval, n_test)).astype(int)
+    pick = (lambda rows: sp.csr_matrix(ds.X[rows])) if sp.issparse(ds.X) else (lambda rows: np.asarray(ds.X[rows]))
+    return (pick(train), y[train]), (pick(test), y[test])
