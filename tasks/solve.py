@@ -17,8 +17,9 @@ from solvers.backend import NoCudaDevice, check_device
 from solvers.duhl import DuHL, parse_budget
 from solvers.problems import MODELS, make_problem
 from solvers.selection import POLICIES
+from tasks.peers import PEER_SOLVERS
 
-SOLVERS = {"duhl": DuHL}
+SOLVERS = {"duhl": DuHL, **PEER_SOLVERS}  # peer_*: other libraries (tasks/peers.py)
 CLASSIFIERS = ("svm", "logistic")
 
 

@@ -1,0 +1,381 @@
+"""Peer solvers (scikit-learn, celer, skglm, Snap ML, dask-glm) as experiment arms.
+
+A peer runs at a schedule of its own tolerances (or iteration caps); each fit
+starts from zero and is timed alone (its wall time, the median of ``repeats``
+fits). Every returned coefficient vector is then re-evaluated by OUR code on
+OUR objective (:class:`solvers.problems.Problem`), off the clock:
+
+- regression (coordinates = features): ``a = coef``, and the Problem gives the
+  primal, the dual and the duality gap directly;
+- classification (coordinates = samples): the peer's ``w`` gives the primal
+  P(w) = 1/2 ||w||^2 + sum_i g_i*(-<A_i, w>) (our conjugates), and a dual point
+  ``a`` is built from ``w`` by the KKT conditions (logistic: a_i = C sigmoid(-m_i);
+  hinge: a_i = C below the margin, 0 above, the margin points by a
+  box-constrained least squares fit of w = A^T a). The certified gap is
+  P(w) - D(a) = sum_i gap_i(a, u=w) + 1/2 ||w - A^T a||^2 >= 0 for any feasible a.
+
+So every arm's curve is rel_gap (gap / P(0)) against the fit's wall time,
+measured the same way. The result looks like DuHL's (trace in the metric
+vocabulary, status, rel_gap, time_s, ...), so the experiment report works
+unchanged. The peer sees the data the Problem holds: regression X = A^T, y = b
+(centred when an intercept is fitted); classification the signed rows A_i with
+each row's sign flipped at random (t_i A_i, label t_i): the same objective as
+the caller's (x_i, y_i), since the losses depend only on y_i <w, x_i>, with the
+intercept column (if any) as a penalised feature, as liblinear does.
+"""
+
+from __future__ import annotations
+
+import importlib
+import statistics
+import time
+import warnings
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+
+from solvers import models
+from solvers.trace import Trace
+
+TOLS = tuple(10.0 ** -k for k in range(1, 13))           # 1e-1 .. 1e-12
+ITERS = tuple(2 ** k for k in range(0, 12))                # 1 .. 2048
+
+
+class PeerUnsupported(Exception):
+    """This peer cannot solve this problem on the same objective (the reason is the message)."""
+
+
+@dataclass
+class PeerResult:
+    a: np.ndarray            # the peer's coefficients (regression) or w (classification)
+    v: Optional[np.ndarray]
+    trace: pd.DataFrame
+    status: str              # "converged", "max_epochs" (schedule exhausted) or "max_time"
+    primal: float
+    dual: float
+    gap: float
+    rel_gap: float
+    time_s: float            # wall time of the fit that was returned
+    epochs: float
+    bytes_h2d: int
+    n_rounds: int
+
+    @property
+    def converged(self):
+        return self.status == "converged"
+
+
+# ----------------------------------------------------------- evaluation ---
+def peer_data(problem, seed=0):
+    """(X, y) with the Problem's objective, as a scikit-learn style peer takes them."""
+    if not problem.dual_form:
+        return problem.A.T, problem.b          # Fortran view / CSC: what CD solvers want
+    t = np.where(np.random.default_rng(seed).random(problem.n_coords) < 0.5, -1.0, 1.0)
+    if problem.sparse:
+        X = sp.diags(t) @ problem.A
+        return sp.csr_matrix(X, dtype=np.float64), t
+    return np.asarray(problem.A, dtype=np.float64) * t[:, None], t
+
+
+def dual_point(problem, w, margins=None):
+    """A feasible dual point a (one per sample) built from the primal w by the KKT conditions."""
+    C = problem.params[0]
+    m = np.asarray(problem.A @ w, dtype=np.float64) if margins is None else margins
+    if problem.model == models.LOGISTIC:
+        return C / (1.0 + np.exp(np.clip(m, -700, 700)))
+    if problem.model == models.SQHINGE:
+        return np.maximum(0.0, 2.0 * C * (1.0 - m))
+    a = np.where(m < 1.0, C, 0.0)               # hinge
+    free = np.flatnonzero(np.abs(m - 1.0) <= 1e-3)
+    if 0 < free.size <= 20000:
+        from scipy.optimize import lsq_linear
+
+        fixed = a.copy()
+        fixed[free] = 0.0
+        target = np.asarray(w - problem.A.T @ fixed, dtype=np.float64)
+        AS = problem.A[free].T
+        AS = sp.csr_matrix(AS) if problem.sparse else np.asarray(AS, dtype=np.float64)
+        fit = lsq_linear(AS, target, bounds=(0.0, C), lsmr_tol="auto", max_iter=200)
+        a[free] = fit.x
+    return a
+
+
+def evaluate(problem, w):
+    """(primal, dual, gap) of the peer's coefficients, by our objective code."""
+    w = np.asarray(w, dtype=np.float64).ravel()
+    if not problem.dual_form:
+        z, off = problem.state_from(w)
+        return problem.objectives(w, z, off)
+    off = np.zeros(1)
+    zeros = np.zeros(problem.n_coords)
+    primal = 0.5 * float(w @ w) + float(problem.coordinate_gaps(zeros, w, off).sum())
+    a = dual_point(problem, w)
+    Aa = np.asarray(problem.A.T @ a, dtype=np.float64)
+    gap = float(problem.coordinate_gaps(a, w, off).sum()) + 0.5 * float((w - Aa) @ (w - Aa))
+    return primal, primal - gap, gap
+
+
+# ---------------------------------------------------------- the peers ---
+def _quiet():
+    ctx = warnings.catch_warnings()
+    ctx.__enter__()
+    warnings.simplefilter("ignore")
+    return ctx
+
+
+def _centred_dense(problem, X, library):
+    """Peers without an unpenalised intercept get centred dense columns instead."""
+    if not problem.info.get("fit_intercept") or not np.any(problem.mu):
+        return X
+    if sp.issparse(X):
+        raise PeerUnsupported(f"{library} fits no unpenalised intercept, and centring sparse "
+                              "data would densify it: use fit_intercept=false")
+    return np.asfortranarray(X - problem.mu[None, :])
+
+
+def _sklearn(problem, X, y, knob, method):
+    import sklearn.linear_model as lm
+    from sklearn.svm import LinearSVC
+
+    p0, p1, _ = problem.params
+    fi = bool(problem.info.get("fit_intercept")) and not problem.dual_form
+    name = problem.name
+    if method == "lbfgs":
+        if name != "logistic":
+            raise PeerUnsupported("scikit-learn's lbfgs arm is for logistic regression only")
+        est = lm.LogisticRegression(C=p0, solver="lbfgs", tol=knob, max_iter=10000, fit_intercept=False)
+    elif name == "lasso":
+        est = lm.Lasso(alpha=p0, tol=knob, max_iter=100000, fit_intercept=fi)
+    elif name == "elastic_net":
+        alpha = p0 + p1
+        est = lm.ElasticNet(alpha=alpha, l1_ratio=p0 / alpha, tol=knob, max_iter=100000, fit_intercept=fi)
+    elif name == "ridge":
+        est = lm.Ridge(alpha=p1 / 2.0, tol=knob, fit_intercept=fi)
+    elif name == "svm":
+        loss = "hinge" if problem.model == models.HINGE else "squared_hinge"
+        est = LinearSVC(C=p0, loss=loss, dual=True, tol=knob, max_iter=1000000, fit_intercept=False)
+    else:
+        est = lm.LogisticRegression(C=p0, solver="liblinear", dual=True, tol=knob, max_iter=1000000,
+                                    fit_intercept=False)
+    return lambda: est.fit(X, y).coef_
+
+
+def _celer(problem, X, y, knob, method):
+    import celer
+
+    p0, p1, _ = problem.params
+    fi = bool(problem.info.get("fit_intercept"))
+    if problem.name == "lasso":
+        est = celer.Lasso(alpha=p0, tol=knob, fit_intercept=fi)
+    elif problem.name == "elastic_net":
+        est = celer.ElasticNet(alpha=p0 + p1, l1_ratio=p0 / (p0 + p1), tol=knob, fit_intercept=fi)
+    else:
+        raise PeerUnsupported(f"celer has no {problem.name} solver here (Lasso, ElasticNet)")
+    return lambda: est.fit(X, y).coef_
+
+
+def _skglm(problem, X, y, knob, method):
+    import skglm
+
+    p0, p1, _ = problem.params
+    fi = bool(problem.info.get("fit_intercept"))
+    if problem.name == "lasso":
+        est = skglm.Lasso(alpha=p0, tol=knob, fit_intercept=fi)
+    elif problem.name == "elastic_net":
+        est = skglm.ElasticNet(alpha=p0 + p1, l1_ratio=p0 / (p0 + p1), tol=knob, fit_intercept=fi)
+    else:
+        raise PeerUnsupported(f"skglm has no {problem.name} arm here (Lasso, ElasticNet)")
+    return lambda: est.fit(X, y).coef_
+
+
+def _snapml(problem, X, y, knob, method):
+    import snapml
+
+    p0, p1, _ = problem.params
+    n = problem.n_samples
+    common = dict(tol=knob, max_iter=100000, n_jobs=1, fit_intercept=False)
+    if problem.name == "lasso":      # snapml's l1 needs the primal solver and alpha * n_samples
+        X = _centred_dense(problem, X, "Snap ML")
+        est = snapml.LinearRegression(penalty="l1", regularizer=p0 * n, dual=False, **common)
+    elif problem.name == "ridge":
+        X = _centred_dense(problem, X, "Snap ML")
+        est = snapml.LinearRegression(penalty="l2", regularizer=p1 / 2.0, **common)
+    elif problem.name == "svm":
+        if problem.model != models.HINGE:
+            raise PeerUnsupported("Snap ML's SupportVectorMachine has the hinge loss only")
+        est = snapml.SupportVectorMachine(regularizer=1.0 / p0, **common)
+    elif problem.name == "logistic":
+        est = snapml.LogisticRegression(regularizer=1.0 / p0, **common)
+    else:
+        raise PeerUnsupported("Snap ML has no elastic net")
+    if sp.issparse(X):
+        X = sp.csr_matrix(X)
+    return lambda: np.asarray(est.fit(X, y).coef_).ravel()
+
+
+def _daskml(problem, X, y, knob, method):
+    import dask
+    import dask.array as da
+    from dask_glm import algorithms, families
+    from dask_glm.regularizers import ElasticNet
+
+    if sp.issparse(X):
+        raise PeerUnsupported("dask-glm runs on dense dask arrays only here (sparse needs pydata/sparse chunks)")
+    p0, p1, _ = problem.params
+    n = problem.n_samples
+    X = np.ascontiguousarray(_centred_dense(problem, X, "dask-glm") if not problem.dual_form else X)
+    chunks = (max(1, -(-X.shape[0] // 4)), X.shape[1])
+    Xd = da.from_array(X, chunks=chunks)
+    if problem.name in ("lasso", "elastic_net", "ridge"):
+        family = families.Normal      # sum (y - Xb)^2: twice n times scikit-learn's objective
+        if problem.name == "lasso":
+            reg, lam = "l1", 2.0 * n * p0
+        elif problem.name == "ridge":
+            reg, lam = "l2", p1 / 2.0 * 2.0       # ||y - Xb||^2 + alpha ||b||^2
+        else:
+            reg, lam = ElasticNet(weight=p0 / (p0 + p1)), 2.0 * n * (p0 + p1)
+        yd = da.from_array(np.asarray(y, dtype=np.float64), chunks=chunks[0])
+    elif problem.name == "logistic":
+        family, reg, lam = families.Logistic, "l2", 1.0 / p0
+        yd = da.from_array((np.asarray(y) > 0).astype(np.float64), chunks=chunks[0])
+    else:
+        raise PeerUnsupported("dask-glm has no hinge loss")
+    algo = method or ("proximal_grad" if reg != "l2" else "lbfgs")
+    if algo == "admm":
+        kw = dict(max_iter=int(knob), abstol=0.0, reltol=0.0)
+    elif algo == "lbfgs":
+        kw = dict(tol=knob, max_iter=10000)
+    else:  # proximal_grad's own tol barely moves its answer: cap its iterations instead
+        kw = dict(tol=0.0, max_iter=int(2 ** (1 - np.log10(knob))))   # 1e-1 -> 4 ... 1e-12 -> 8192
+    solve = getattr(algorithms, algo)
+
+    def fit():
+        with dask.config.set(scheduler="synchronous"):   # one thread, like every other arm
+            return np.asarray(solve(Xd, yd, regularizer=reg, lamduh=lam, family=family,
+                                    normalize=False, **kw))
+    return fit
+
+
+# name -> (import name, pip name, builder, method, schedule)
+PEERS = {
+    "peer_sklearn": ("sklearn", "scikit-learn", _sklearn, None, TOLS),
+    "peer_sklearn_lbfgs": ("sklearn", "scikit-learn", _sklearn, "lbfgs", TOLS),
+    "peer_celer": ("celer", "celer", _celer, None, TOLS),
+    "peer_skglm": ("skglm", "skglm", _skglm, None, TOLS),
+    "peer_snapml": ("snapml", "snapml", _snapml, None, TOLS),
+    "peer_daskml": ("dask_glm", "dask-ml", _daskml, None, TOLS),
+    "peer_daskml_admm": ("dask_glm", "dask-ml", _daskml, "admm", ITERS),
+}
+
+
+def missing_reason(name):
+    """None when the peer's library imports, else why not (one line)."""
+    module, pip, *_ = PEERS[name]
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            importlib.import_module(module)
+    except Exception as error:  # ImportError, or a binary that fails to load
+        return f"{pip} is not importable ({type(error).__name__}: {error}); pip install -e .[peers]"
+    return None
+
+
+class Peer:
+    """A peer library's solver with DuHL's interface: ``solve(problem)`` -> result with a trace.
+
+    Parameters
+    ----------
+    tol : float
+        Stop the schedule once our rel_gap of a fit is <= tol.
+    max_time : float or None
+        Stop once the fits so far took this many seconds.
+    max_epochs : float
+        Caps the peer's iterations at each point (the warm-up uses a tiny cap).
+    repeats : int
+        Each point's time is the median of this many fits.
+    memory_budget, selection, local_epochs, device, random_state : accepted so a peer
+        arm shares the experiment's solver settings; ignored (peers hold all data).
+    """
+
+    library = None
+
+    def __init__(self, tol=1e-6, max_time=None, max_epochs=100000, repeats=1, memory_budget=None,
+                 selection="gap", local_epochs=1, device="cpu", random_state=0, callback=None):
+        self.tol, self.max_time, self.max_epochs, self.repeats = tol, max_time, max_epochs, repeats
+        self.memory_budget, self.selection, self.local_epochs = memory_budget, selection, local_epochs
+        self.device, self.random_state, self.callback = device, random_state, callback
+        if not (isinstance(tol, (int, float)) and tol >= 0):
+            raise ValueError(f"The 'tol' parameter of {self.library} must be a float >= 0. Got {tol!r} instead.")
+        if not (isinstance(repeats, (int, np.integer)) and repeats >= 1):
+            raise ValueError(f"The 'repeats' parameter of {self.library} must be an int >= 1. "
+                             f"Got {repeats!r} instead.")
+
+    def fits(self, problem):
+        """[(knob, fit)] for the schedule; raises PeerUnsupported or ImportError."""
+        reason = missing_reason(self.library)
+        if reason:
+            raise ImportError(reason)
+        _, _, build, method, schedule = PEERS[self.library]
+        X, y = peer_data(problem, seed=0)
+        if schedule is ITERS:
+            schedule = [k for k in schedule if k <= self.max_epochs] or [1]
+        out = []
+        for knob in schedule:
+            fit = build(problem, X, y, knob, method)
+            out.append((knob, fit))
+        return out
+
+    def solve(self, problem):
+        fits = self.fits(problem)
+        trace = Trace(self.callback)
+        rows, best, total, status = [], None, 0.0, "max_epochs"
+        stalled = 0
+        for rnd, (knob, fit) in enumerate(fits, start=1):
+            times = []
+            for _ in range(self.repeats):
+                ctx = _quiet()
+                try:
+                    t0 = time.perf_counter()
+                    w = fit()
+                    times.append(time.perf_counter() - t0)
+                finally:
+                    ctx.__exit__(None, None, None)
+            elapsed = statistics.median(times)
+            total += sum(times)
+            primal, dual, gap = evaluate(problem, w)
+            rel = max(gap, 0.0) / problem.P0 if problem.P0 > 0 else 0.0
+            rows.append(dict(round=rnd, time_s=elapsed, epoch=float(knob), primal=primal, dual=dual,
+                             gap=gap, rel_gap=rel, bytes_h2d=0, swaps=0, n_resident=problem.n_coords))
+            improved = best is None or rel < 0.9 * best[1]
+            stalled = 0 if improved else stalled + 1
+            if best is None or rel < best[1]:
+                best = (w, rel, primal, dual, gap, elapsed, float(knob))
+            if rel <= self.tol:
+                status = "converged"
+                break
+            if self.max_time is not None and total >= self.max_time:
+                status = "max_time"
+                break
+            if stalled >= 5:   # the peer's own stopping rule no longer moves the point
+                break
+        # the curve in time order (a looser tolerance can, rarely, take longer)
+        for row in sorted(rows, key=lambda r: r["time_s"]):
+            trace.record(**row)
+        w, rel, primal, dual, gap, elapsed, knob = best
+        return PeerResult(a=np.asarray(w, dtype=np.float64).ravel(), v=None, trace=trace.frame(),
+                          status=status, primal=primal, dual=dual, gap=gap, rel_gap=rel, time_s=elapsed,
+                          epochs=knob, bytes_h2d=0, n_rounds=len(rows))
+
+
+def _peer_class(name):
+    return type(f"Peer_{name}", (Peer,), {"library": name, "__doc__": Peer.__doc__})
+
+
+PEER_SOLVERS = {name: _peer_class(name) for name in PEERS}
+
+
+def make_peer(name, **kwargs):
+    return PEER_SOLVERS[name](**kwargs)
