@@ -41,8 +41,8 @@ ui: $(STAMP)  ## the MLflow UI on http://127.0.0.1:$(PORT) over ./mlflow.db (POR
 test: $(STAMP)  ## the tests without the gpu and slow markers
 	$(PY) -m pytest -m "not gpu and not slow" $(ARGS)
 
-bench: $(STAMP)  ## benchmarks (pipelines.bench)
-	$(PY) -m pipelines.bench $(ARGS)
+bench: $(STAMP)  ## ours vs peers: time to rel_gap 1e-4/1e-6 (QUICK=1: ~3 min; pip install -e .[peers] first)
+	nice -n 5 $(PY) -m pipelines.bench $(if $(QUICK),--quick) $(ARGS)
 
 install-gpu: $(STAMP)  ## add the CUDA 13 extra (CuPy, numba-cuda, dask-cuda) on a GPU machine
 	$(PY) -m pip install -e ".[gpu,dev]"

@@ -40,7 +40,7 @@ import scipy.sparse as sp
 from solvers import models
 from solvers.trace import Trace
 
-TOLS = tuple(10.0 ** -k for k in range(1, 13))           # 1e-1 .. 1e-12
+TOLS = tuple(10.0 ** -k for k in range(2, 13))           # 1e-2 .. 1e-12
 ITERS = tuple(2 ** k for k in range(0, 12))                # 1 .. 2048
 
 
@@ -291,7 +291,7 @@ class Peer:
     tol : float
         Stop the schedule once our rel_gap of a fit is <= tol.
     max_time : float or None
-        Stop once the fits so far took this many seconds.
+        Stop after a fit that took this many seconds (or all fits 10 times that).
     max_epochs : float
         Caps the peer's iterations at each point (the warm-up uses a tiny cap).
     repeats : int
@@ -356,7 +356,9 @@ class Peer:
             if rel <= self.tol:
                 status = "converged"
                 break
-            if self.max_time is not None and total >= self.max_time:
+            # like a DuHL run stopped at max_time: no single fit may take longer (and the
+            # schedule's repeats together at most 10 times as long)
+            if self.max_time is not None and (elapsed >= self.max_time or total >= 10 * self.max_time):
                 status = "max_time"
                 break
             if stalled >= 5:   # the peer's own stopping rule no longer moves the point

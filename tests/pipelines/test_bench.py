@@ -1,0 +1,63 @@
+"""The benchmark's row building, summary, table and plot on tiny problems (seconds)."""
+
+import argparse
+import math
+
+import numpy as np
+import pytest
+
+import pipelines.bench as bench
+from solvers.problems import make_problem
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning",
+                                        "ignore::UserWarning")
+
+
+@pytest.fixture
+def tiny_lasso():
+    rng = np.random.default_rng(0)
+    X = np.asfortranarray(rng.standard_normal((80, 12)))
+    y = X[:, :3] @ np.ones(3) + 0.1 * rng.standard_normal(80)
+    return make_problem("lasso", X, y, alpha=0.05, fit_intercept=False)
+
+
+def test_rows_summary_table_and_plot(tiny_lasso, monkeypatch, tmp_path):
+    # scikit-learn is always installed; a missing library is skipped with a reason
+    monkeypatch.setattr(bench, "PEERS", {"peer_sklearn": bench.PEERS["peer_sklearn"],
+                                         "peer_not_installed": ("no_such_lib_xyz", "nothing", None, None, ())})
+    monkeypatch.setattr(bench, "missing_reason",
+                        lambda name: "nothing is not importable" if name == "peer_not_installed" else None)
+    logged = []
+    args = argparse.Namespace(repeats=2, max_time=2.0, quick=True)
+    rows, curves = bench.bench_problem("tiny", tiny_lasso, True, args, bandwidth=5.0, log=logged.append)
+    solvers = [r["solver"] for r in rows]
+    assert solvers == ["ours (mem)", "duhl 0.25", "sequential 0.25", "peer_sklearn"]
+    assert any("skip peer_not_installed" in line for line in logged)
+    for r in rows:
+        assert r["t_1e4_s"] <= r["t_1e6_s"] and r["final_rel_gap"] <= 1e-6, r
+    assert rows[0]["floor_ms"] > 0 and rows[0]["x_floor"] > 0
+    (s,) = bench.summarize(rows)
+    assert s["best_peer_1e6"] == "peer_sklearn"
+    assert s["ratio_1e6"] == pytest.approx(rows[0]["t_1e6_s"] / rows[3]["t_1e6_s"])
+    assert not math.isnan(s["seq_vs_duhl25"])
+    table = bench.markdown(rows, "t")
+    assert table.count("\n") == len(rows) + 3 and "peer_sklearn" in table
+    bench.plot("tiny", curves, tmp_path / "tiny.png")
+    assert (tmp_path / "tiny.png").stat().st_size > 0
+
+
+def test_quick_suite_lists_every_required_problem():
+    labels = [label for label, _ in bench.problems(quick=True)]
+    assert any("w8a" in label and "lasso" in label for label in labels)
+    assert any("w8a" in label and "svm" in label for label in labels)
+    assert any("w8a" in label and "logistic" in label for label in labels)
+    assert any("diabetes" in label for label in labels)
+    assert any("dense" in label for label in labels) and any("sparse" in label for label in labels)
+
+
+def test_time_to_reads_the_first_crossing():
+    import pandas as pd
+
+    trace = pd.DataFrame({"time_s": [0.1, 0.2, 0.3], "rel_gap": [1e-2, 1e-5, 1e-7]})
+    assert bench.time_to(trace, 1e-4) == 0.2 and bench.time_to(trace, 1e-6) == 0.3
+    assert math.isnan(bench.time_to(trace, 1e-9))

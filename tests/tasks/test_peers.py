@@ -1,0 +1,156 @@
+"""Peer arms: our re-evaluation of a peer's point matches an independent formula of the
+user's objective and, where the peer reports one, the peer's own objective."""
+
+import warnings
+
+import numpy as np
+import pytest
+
+from solvers.problems import make_problem
+from tasks.peers import PEERS, PeerUnsupported, dual_point, evaluate, make_peer, missing_reason
+from tasks.solve import SOLVERS, make_solver
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning",
+                                        "ignore::UserWarning")
+
+RNG = np.random.default_rng(0)
+N, D = 120, 8
+X = RNG.standard_normal((N, D))
+W = RNG.standard_normal(D)
+Y = X @ W + 0.3 * RNG.standard_normal(N)
+YC = np.where(X @ W + 0.5 * RNG.standard_normal(N) > 0, 1.0, -1.0)
+
+
+def user_objective(model, w, fit_intercept=False):
+    """scikit-learn's objectives, written from their documentation (the oracle)."""
+    if model == "lasso":
+        r = Y - (Y.mean() if fit_intercept else 0) - (X - (X.mean(0) if fit_intercept else 0)) @ w
+        return 0.5 / N * r @ r + 0.1 * np.abs(w).sum()
+    if model == "elastic_net":
+        r = Y - X @ w
+        return 0.5 / N * r @ r + 0.1 * (0.5 * np.abs(w).sum() + 0.25 * w @ w)
+    if model == "ridge":
+        r = Y - X @ w
+        return r @ r + 1.0 * w @ w
+    m = YC * (X @ w)
+    loss = np.maximum(0, 1 - m) if model == "svm" else np.logaddexp(0, -m)
+    return 0.5 * w @ w + 0.5 * loss.sum()
+
+
+def problem(model, fit_intercept=False):
+    if model in ("svm", "logistic"):
+        return make_problem(model, X, YC, C=0.5, fit_intercept=False)
+    kw = {"alpha": 0.1} if model != "ridge" else {"alpha": 1.0}
+    if model == "elastic_net":
+        kw["l1_ratio"] = 0.5
+    return make_problem(model, X, Y, fit_intercept=fit_intercept, **kw)
+
+
+@pytest.mark.parametrize("model", ["lasso", "elastic_net", "ridge", "svm", "logistic"])
+def test_evaluate_matches_the_user_objective_at_any_point(model):
+    p = problem(model)
+    w = RNG.standard_normal(D) * 0.3
+    primal, dual, gap = evaluate(p, w)
+    assert primal == pytest.approx(user_objective(model, w), rel=1e-10)
+    assert gap >= -1e-12 and primal - dual == pytest.approx(gap)
+
+
+@pytest.mark.parametrize("model", ["svm", "logistic"])
+def test_dual_point_certifies_a_tight_solution(model):
+    """At a tight w (scipy's L-BFGS on the smooth logistic objective; for the hinge,
+    w = A^T a of a dual solve to 1e-12, checked against liblinear's primal), the
+    KKT dual point built from w alone certifies it: rel_gap < 1e-6."""
+    from scipy.optimize import minimize
+
+    from solvers.duhl import DuHL
+
+    p = problem(model)
+    if model == "logistic":
+        w = minimize(lambda w: user_objective("logistic", w), np.zeros(D), method="L-BFGS-B",
+                     options={"ftol": 1e-15, "gtol": 1e-12, "maxiter": 10000}).x
+    else:
+        from sklearn.svm import LinearSVC
+
+        w = np.asarray(p.A.T @ DuHL(tol=1e-12, max_epochs=10**5).solve(p).a)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            lib = LinearSVC(C=0.5, loss="hinge", tol=1e-10, max_iter=10**6, fit_intercept=False).fit(X, YC)
+        assert user_objective("svm", w) <= user_objective("svm", lib.coef_.ravel()) + 1e-12
+    a = dual_point(p, w)
+    assert np.all((a >= 0) & (a <= 0.5 + 1e-12))
+    assert evaluate(p, w)[2] / p.P0 < 1e-6
+
+
+def _fits(name, p):
+    if missing_reason(name):
+        pytest.skip(missing_reason(name))
+    try:
+        return make_peer(name).fits(p)
+    except PeerUnsupported as error:
+        pytest.skip(str(error))
+
+
+FAST = [n for n in PEERS if n not in ("peer_skglm", "peer_daskml", "peer_daskml_admm")]
+
+
+@pytest.mark.parametrize("model", ["lasso", "elastic_net", "ridge", "svm", "logistic"])
+@pytest.mark.parametrize("name", FAST + [pytest.param(n, marks=pytest.mark.slow) for n in PEERS
+                                         if n not in FAST])
+def test_each_peer_point_is_re_evaluated_on_the_same_objective(name, model):
+    p = problem(model)
+    fits = _fits(name, p)
+    knob, fit = fits[min(5, len(fits) - 1)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        w = np.asarray(fit(), dtype=float).ravel()
+    assert w.shape == (D,)
+    primal, _, gap = evaluate(p, w)
+    assert primal == pytest.approx(user_objective(model, w), rel=1e-9)
+    assert gap >= -1e-12
+
+
+def test_regression_with_an_intercept_keeps_the_coefficients():
+    p = problem("lasso", fit_intercept=True)
+    result = make_peer("peer_sklearn", tol=1e-8).solve(p)
+    assert result.converged
+    assert result.primal == pytest.approx(user_objective("lasso", result.a, fit_intercept=True), rel=1e-9)
+
+
+@pytest.mark.slow
+def test_skglm_reported_objective_matches_ours():
+    skglm = pytest.importorskip("skglm")
+    from skglm.datafits import Quadratic
+    from skglm.penalties import L1
+    from skglm.solvers import AndersonCD
+
+    p = problem("lasso")
+    w, p_objs, _ = AndersonCD(tol=1e-6, fit_intercept=False).solve(np.asfortranarray(X), Y, Quadratic(), L1(0.1))
+    assert skglm is not None
+    assert evaluate(p, w)[0] == pytest.approx(p_objs[-1], rel=1e-10)
+
+
+def test_peer_result_looks_like_duhl_and_the_trace_has_the_metric_names():
+    p = problem("svm")
+    result = make_peer("peer_sklearn", tol=1e-6, repeats=2).solve(p)
+    for col in ("round", "time_s", "epoch", "primal", "dual", "gap", "rel_gap", "bytes_h2d", "swaps"):
+        assert col in result.trace.columns
+    assert result.status == "converged" and result.rel_gap <= 1e-6
+    assert np.all(np.diff(result.trace["time_s"]) >= 0)
+
+
+def test_peer_arms_are_registered_and_take_the_experiment_settings():
+    for name in PEERS:
+        assert name in SOLVERS
+    solver = make_solver({"name": "peer_sklearn", "selection": "gap", "local_epochs": 1, "max_epochs": 2,
+                          "random_state": 0, "memory_budget": 0.25, "device": "cpu", "tol": 0.0,
+                          "max_time": None})
+    assert solver.solve(problem("lasso")).n_rounds >= 1
+
+
+def test_a_missing_library_is_reported_not_raised(monkeypatch):
+    import tasks.peers as peers
+
+    monkeypatch.setitem(peers.PEERS, "peer_sklearn", ("no_such_module_xyz",) + peers.PEERS["peer_sklearn"][1:])
+    assert "not importable" in missing_reason("peer_sklearn")
+    with pytest.raises(ImportError, match="pip install"):
+        make_peer("peer_sklearn").solve(problem("lasso"))
