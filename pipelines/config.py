@@ -18,7 +18,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 
 from tasks.cluster import (ClusterConfig, LocalClusterConfig, LocalCudaClusterConfig, RemoteClusterConfig,
                            SlurmClusterConfig)
-from tasks.data import LibsvmData, SklearnData, SyntheticDenseData, SyntheticSparseData
+from tasks.data import LibsvmData, SklearnData, SphereData, SyntheticDenseData, SyntheticSparseData
 
 
 # Models: the keys are make_problem's keyword arguments (plus the model's name).
@@ -62,6 +62,15 @@ class LogisticModel:
 
 
 @dataclass
+class MlpModel:
+    """DistBelief family only: one hidden layer (tanh) of ``hidden`` units, L2 ``alpha``."""
+
+    name: str = "mlp"
+    hidden: int = 32
+    alpha: float = 1e-4
+
+
+@dataclass
 class SolverConfig:
     """Settings every arm shares; an arm overrides some of them."""
 
@@ -94,7 +103,25 @@ class TrackingConfig:
 
 
 @dataclass
+class DistBeliefSpec:
+    """experiment.kind=distbelief: what every arm shares (pipelines.distbelief)."""
+
+    target_loss: Optional[float] = None  # time / samples to this training loss ...
+    target_accuracy: Optional[float] = None  # ... and to this test accuracy
+    stop_at_target: bool = True  # False: every arm runs to max_time
+    lr: float = 0.1  # Downpour: the fixed rate, or Adagrad's gamma
+    batch_size: int = 32
+    warmup_steps: int = 0  # Downpour: replica 0 alone for this many pushes
+    eval_every_s: float = 0.5
+    n_eval: int = 20000  # train / test rows the driver evaluates on
+    n_shards: int = 2  # parameter-server shards
+    test_fraction: float = 0.2
+    shuffle_seed: Optional[int] = 0  # the train/test split; None: file order
+
+
+@dataclass
 class ExperimentSpec:
+    kind: str = "duhl"  # duhl | distbelief (pipelines.distbelief runs it)
     name: str = "duhl"
     target_rel_gap: float = 1e-6  # every arm runs to this rel_gap ...
     max_time: Optional[float] = 60.0  # ... or this many seconds (per arm)
@@ -103,6 +130,7 @@ class ExperimentSpec:
     # name -> overrides of the solver settings (keys of SolverConfig, or
     # memory_budget / max_time); empty = one arm with the solver as configured.
     arms: Dict[str, Any] = field(default_factory=dict)
+    distbelief: DistBeliefSpec = field(default_factory=DistBeliefSpec)
 
 
 @dataclass
@@ -124,9 +152,9 @@ class Config:
 # itself so that `model=...` lists only real options).
 SCHEMAS = {
     "model": {"lasso": LassoModel, "elastic_net": ElasticNetModel, "ridge": RidgeModel,
-              "svm": SvmModel, "logistic": LogisticModel},
+              "svm": SvmModel, "logistic": LogisticModel, "mlp": MlpModel},
     "data": {"synthetic_dense": SyntheticDenseData, "synthetic_sparse": SyntheticSparseData,
-             "libsvm": LibsvmData, "sklearn": SklearnData},
+             "libsvm": LibsvmData, "sklearn": SklearnData, "sphere": SphereData},
     "solver": {"duhl": SolverConfig},
     "device": {"base": DeviceConfig},
     "cluster": {"base": ClusterConfig, "local": LocalClusterConfig, "local_cuda": LocalCudaClusterConfig,

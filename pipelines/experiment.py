@@ -114,6 +114,10 @@ def run_tracked_arm(cfg: DictConfig, plan: Plan, tracker: Any, arm_id: str, name
 
 def run_experiment(cfg: DictConfig, output_dir: Path, run_name: str = "",
                    overrides: List[str] = ()) -> Dict[str, Dict[str, float]]:
+    if cfg.experiment.get("kind", "duhl") == "distbelief":  # Downpour / Sandblaster on a Dask cluster
+        from pipelines.distbelief_experiment import run_distbelief_experiment
+
+        return run_distbelief_experiment(cfg, output_dir, run_name, overrides)
     started = time.perf_counter()
     try:
         check_device(cfg.device.name)

@@ -28,7 +28,8 @@ SWEEP_PARENT_ENV = "DUHL_SWEEP_PARENT_RUN_ID"
 SWEEP_EXPERIMENT_ENV = "DUHL_SWEEP_EXPERIMENT_ID"
 # The per-round names of ARCHITECTURE.md's vocabulary; other trace columns go to the CSV only.
 ROUND_METRICS = ("time_s", "epoch", "primal", "dual", "gap", "rel_gap", "bytes_h2d", "swaps",
-                 "bits_sent", "suboptimality", "train_loss", "test_accuracy", "staleness_mean")
+                 "bits_sent", "suboptimality", "train_loss", "test_accuracy", "staleness_mean",
+                 "samples", "staleness_max")
 MAX_METRICS_PER_BATCH = 1000  # MLflow's limit for log_batch
 MAX_PARAMS_PER_BATCH = 100
 

@@ -90,7 +90,20 @@ class SklearnData:
     standardize: bool = True
 
 
-DATA_CONFIGS = {c.name: c for c in (SyntheticDenseData, SyntheticSparseData, LibsvmData, SklearnData)}
+@dataclass
+class SphereData:
+    """A set that needs a nonlinearity (DistBelief's MLP): Gaussian features, y = +1
+    inside a sphere of the first ``n_informative`` features, -1 outside (radius at
+    the median: balanced). No linear model does much better than chance."""
+
+    name: str = "sphere"
+    n_samples: int = 20000
+    n_features: int = 20
+    n_informative: int = 4
+    seed: int = 0
+
+
+DATA_CONFIGS = {c.name: c for c in (SyntheticDenseData, SyntheticSparseData, LibsvmData, SklearnData, SphereData)}
 
 
 @dataclass
@@ -133,12 +146,12 @@ def validate_data_config(cfg: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             _fail(param, kind, "an int >= 1", value)
 
-    if kind.startswith("synthetic"):
+    if kind.startswith("synthetic") or kind == "sphere":
         for param in ("n_samples", "n_features", "n_informative"):
             positive_int(param)
         if c.n_informative > c.n_features:
             _fail("n_informative", kind, f"<= n_features ({c.n_features})", c.n_informative)
-        if not c.noise >= 0:
+        if not getattr(c, "noise", 0) >= 0:
             _fail("noise", kind, "a float >= 0", c.noise)
     if kind == "synthetic_dense":
         if c.correlation_kind not in CORRELATION_KINDS:
@@ -335,7 +348,17 @@ def make_sklearn(c: SklearnData, out: Path, base_dir: Path, progress: ProgressFn
     progress(1, 1)
 
 
+def make_sphere(c: SphereData, out: Path, base_dir: Path, progress: ProgressFn) -> None:
+    rng = np.random.default_rng(c.seed)
+    X = rng.standard_normal((c.n_samples, c.n_features))
+    r2 = np.sum(X[:, :c.n_informative] ** 2, axis=1)
+    np.save(out / "X.npy", X)  # C order: DistBelief reads rows
+    np.save(out / "y.npy", np.where(r2 <= np.median(r2), 1.0, -1.0))
+    progress(1, 1)
+
+
 MAKERS = {
+    "sphere": make_sphere,
     "synthetic_dense": make_synthetic_dense,
     "synthetic_sparse": make_synthetic_sparse,
     "libsvm": make_libsvm,
