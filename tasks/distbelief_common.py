@@ -1,6 +1,7 @@
-"""Shared by tasks.downpour and tasks.sandblaster: which rows a replica owns,
-labels as the models need them, reading rows from the dataset cache on the
-worker (data never travels through the client), live workers, trace rows."""
+"""Shared by tasks.downpour and tasks.sandblaster: a seeded shuffled train/test
+split, which rows a replica owns, labels as the models need them, reading rows
+from the dataset cache on the worker (data never travels through the client),
+live workers."""
 
 from __future__ import annotations
 
@@ -16,16 +17,21 @@ from solvers.distbelief.models import CLASSIFIERS, make_model
 from tasks.data import read_cached
 
 _DATASETS: Dict[str, Any] = {}  # folder -> memory-mapped Dataset, per process
+_ORDERS: Dict[tuple, np.ndarray] = {}  # (n_rows, shuffle_seed) -> row permutation, per process
 
 
 @dataclass
 class DataSpec:
-    """Where the data is and how it is cut: rows [0, n_train) train, the rest test."""
+    """Where the data is and how it is cut. The rows are shuffled once by
+    ``shuffle_seed`` (None: file order); positions [0, n_train) of that order
+    train, the rest test. A file sorted by label (w8a's last 20% is almost one
+    class) then still gives a test set like the training set."""
 
     folder: str
     n_rows: int
     n_features: int
     test_fraction: float = 0.2
+    shuffle_seed: Optional[int] = 0
 
     @property
     def n_train(self) -> int:
@@ -35,11 +41,24 @@ class DataSpec:
         edges = np.linspace(0, self.n_train, n_replicas + 1).astype(int)
         return int(edges[k]), int(edges[k + 1])
 
+    def order(self) -> np.ndarray:
+        """Position -> file row (cached per process)."""
+        if self.shuffle_seed is None:
+            return np.arange(self.n_rows)
+        key = (self.n_rows, self.shuffle_seed)
+        if key not in _ORDERS:
+            _ORDERS[key] = np.random.default_rng(self.shuffle_seed).permutation(self.n_rows)
+        return _ORDERS[key]
 
-def data_spec(dataset, test_fraction: float = 0.2) -> DataSpec:
+    def rows(self, start: int, stop: int) -> np.ndarray:
+        """File rows at positions [start, stop), sorted (reads stay sequential)."""
+        return np.sort(self.order()[start:stop])
+
+
+def data_spec(dataset, test_fraction: float = 0.2, shuffle_seed: Optional[int] = 0) -> DataSpec:
     if not 0 < test_fraction < 1:
         raise ValueError(f"The 'test_fraction' parameter must be a float in (0, 1). Got {test_fraction!r} instead.")
-    return DataSpec(str(dataset.path), int(dataset.shape[0]), int(dataset.shape[1]), test_fraction)
+    return DataSpec(str(dataset.path), int(dataset.shape[0]), int(dataset.shape[1]), test_fraction, shuffle_seed)
 
 
 def labels(model_name: str, y) -> np.ndarray:
@@ -53,15 +72,19 @@ def labels(model_name: str, y) -> np.ndarray:
 
 
 def load_rows(spec: DataSpec, model_name: str, start: int, stop: int):
-    """Rows [start, stop) of the cached dataset, in memory, with +-1 labels (on the worker)."""
+    """Rows at positions [start, stop) of the spec's order, in memory, with +-1 labels (on the worker)."""
     ds = _DATASETS.get(spec.folder)
     if ds is None:
         ds = _DATASETS[spec.folder] = read_cached(Path(spec.folder))
     if not hasattr(ds, "labels_" + model_name):
         setattr(ds, "labels_" + model_name, labels(model_name, ds.y))
-    y = getattr(ds, "labels_" + model_name)[start:stop]
-    X = ds.X[start:stop]
-    X = sp.csr_matrix(X, copy=True) if sp.issparse(X) else np.ascontiguousarray(X)
+    rows = spec.rows(start, stop)
+    y = getattr(ds, "labels_" + model_name)[rows]
+    if spec.shuffle_seed is None:
+        X = ds.X[start:stop]
+        X = sp.csr_matrix(X, copy=True) if sp.issparse(X) else np.ascontiguousarray(X)
+    else:  # fancy indexing copies
+        X = sp.csr_matrix(ds.X[rows]) if sp.issparse(ds.X) else np.ascontiguousarray(ds.X[rows])
     return X, np.array(y)
 
 
@@ -89,8 +112,10 @@ def eval_rows(spec: DataSpec, model_name: str, n_eval: int):
     """Train rows (evenly spaced, at most n_eval) and test rows for the driver's evaluation."""
     ds = _DATASETS.get(spec.folder) or read_cached(Path(spec.folder))
     y = labels(model_name, ds.y)
-    train = np.linspace(0, spec.n_train - 1, min(n_eval, spec.n_train)).astype(int)
+    every = spec.order()
+    train = every[np.linspace(0, spec.n_train - 1, min(n_eval, spec.n_train)).astype(int)]
     n_test = spec.n_rows - spec.n_train
-    test = spec.n_train + np.linspace(0, n_test - 1, min(n_eval, n_test)).astype(int)
+    test = every[spec.n_train + np.linspace(0, n_test - 1, min(n_eval, n_test)).astype(int)]
+    train, test = np.sort(train), np.sort(test)
     pick = (lambda rows: sp.csr_matrix(ds.X[rows])) if sp.issparse(ds.X) else (lambda rows: np.asarray(ds.X[rows]))
     return (pick(train), y[train]), (pick(test), y[test])
