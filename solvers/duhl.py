@@ -192,15 +192,17 @@ class DuHL:
 
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="duhl-host") as host:
             while status is None:
-                chosen = policy.select(gap_memory, resident)
-                swaps += block.assign(chosen)
-                resident[:] = False
-                resident[chosen] = True
+                if rnd == 0 or not resident.all():  # all resident: nothing left to choose
+                    chosen = policy.select(gap_memory, resident)
+                    swaps += block.assign(chosen)
+                    resident[:] = False
+                    resident[chosen] = True
                 rnd += 1
 
-                snapshot = (a.copy(), z.copy(), off.copy())
                 start_updates, start_swaps = updates, swaps
                 stale = np.flatnonzero(~fresh)
+                # the host reads the start state while the device moves on from it
+                snapshot = (a.copy(), z.copy(), off.copy()) if stale.size else None
                 job = host.submit(problem.coordinate_gaps, *snapshot, stale) if stale.size else None
                 done, dev_coords, dev_gaps = block.run_round(state, rng, self.local_epochs)
                 updates += done
