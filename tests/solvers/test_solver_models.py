@@ -104,3 +104,39 @@ def test_coord_gap_matches_the_generic_formula_and_is_nonnegative(name):
         expected = a * s + _g(name, a) + conj
         assert gap >= -1e-12 * (1 + abs(expected))
         assert gap == pytest.approx(expected, rel=1e-7, abs=1e-8 * (1 + abs(a * s)))
+
+
+@pytest.mark.parametrize("name", ["lasso", "enet", "ridge", "hinge", "sqhinge", "logistic"])
+def test_compiled_kernels_run_the_current_scalar_math(name):
+    """The Numba kernels (cache=True) agree with models.coord_gap / coord_update run as
+    plain Python. Numba's on-disk cache is keyed on the kernel's own file, not on the
+    register_jitable functions it inlines from models.py, so an edit to models.py can
+    leave stale compiled kernels behind (delete solvers/kernels/__pycache__); this
+    catches it."""
+    import scipy.sparse as sp
+
+    import glm_oracles as go
+    from solvers.kernels import cpu
+    from solvers.problems import make_problem
+
+    X, y = go.make_data(go.kind_of(name), False, np.float64, seed=9)
+    params = go.params_for(name, X, y)
+    problem = make_problem(go.PROBLEM_NAME[name], X, y, **params)
+    rng = np.random.default_rng(2)
+    a = go.random_feasible(name, problem.n_coords, params, problem.P0, rng)
+    z, off = problem.state_from(a)
+    u = z - problem.c * off[0]
+    A = problem.A.toarray() if sp.issparse(problem.A) else np.asarray(problem.A, np.float64)
+    s = (A - problem.mu[:, None]) @ u
+    expected = [models.coord_gap(problem.model, a[i], s[i], *problem.params)
+                for i in range(problem.n_coords)]
+    np.testing.assert_allclose(problem.coordinate_gaps(a, z, off), expected, rtol=1e-9,
+                               atol=1e-12 * problem.P0)
+    for i in rng.choice(problem.n_coords, 5, replace=False):
+        a1, z1, off1 = a.copy(), z.copy(), off.copy()
+        cpu.scd_epoch_dense(np.ascontiguousarray(A), np.arange(problem.n_coords),
+                            np.array([i]), a1, z1, off1, problem.mu, problem.sqnorm,
+                            problem.c, problem.model, *problem.params)
+        x = models.coord_update(problem.model, a[i], s[i], problem.c * problem.sqnorm[i],
+                                *problem.params)
+        assert a1[i] == pytest.approx(x, rel=1e-9, abs=1e-12)
