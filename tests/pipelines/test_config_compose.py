@@ -29,8 +29,8 @@ def options():
 
 def test_every_group_has_its_options(hydra_conf):
     found = {g: set(hydra_conf.get_group_options(g)) for g in GROUPS}
-    assert found["model"] == {"lasso", "elastic_net", "ridge", "svm", "logistic"}
-    assert {"synthetic_dense", "synthetic_sparse", "libsvm", "sklearn"} == found["data"]
+    assert found["model"] == {"lasso", "elastic_net", "ridge", "svm", "logistic", "mlp"}
+    assert {"synthetic_dense", "synthetic_sparse", "libsvm", "sklearn", "sphere"} == found["data"]
     assert {"duhl", "duhl_gap", "duhl_random", "duhl_sequential", "duhl_importance"} == found["solver"]
     assert {"default", "duhl_svm"} <= found["experiment"]
     assert {"mlflow", "none"} == found["tracking"]
@@ -38,11 +38,17 @@ def test_every_group_has_its_options(hydra_conf):
 
 @pytest.mark.parametrize("group,option", options())
 def test_option_composes_and_plans(hydra_conf, group, option):
-    cfg = compose("config", overrides=[f"{group}={option}"])
+    distbelief = (group, option) in (("model", "mlp"), ("experiment", "distbelief"))  # DistBelief only
+    cfg = compose("config", overrides=[f"{group}={option}", *(["experiment=distbelief"] if distbelief else [])])
     chosen = cfg[group] if group != "experiment" else cfg.experiment
     assert chosen is not None
     if group in ("model", "data"):
         assert cfg[group].name == option
+    if distbelief:
+        from pipelines.distbelief_experiment import plan
+
+        assert cfg.experiment.main_arm in plan(cfg)["arms"]
+        return
     plan = plan_experiment(cfg)  # every check that needs no data
     assert plan.arms and plan.main_arm in plan.arms
 
