@@ -281,15 +281,16 @@ class DenseBlock:
             self._coords_dev = self.device.xp.asarray(self.slot_coord)
         return self._coords_dev
 
-    def run_round(self, state, rng, local_epochs):
-        """local_epochs epochs on the block, then its gaps: (updates, coords, gaps)."""
+    def run_round(self, state, rng, local_epochs, with_gaps=True):
+        """local_epochs epochs on the block, then its gaps: (updates, coords, gaps or None)."""
         p, dev = self.problem, self.device
         slots = np.flatnonzero(self.slot_coord >= 0)
         st = dev.begin_round(state)
         updates = 0
         for _ in range(local_epochs):
             updates += dev.epoch_dense(self.data, self._coords(), rng.permutation(slots), st, p)
-        gaps = dev.gaps_dense(self.data, slots, dev.xp.asarray(self.slot_coord[slots]), st, p)
+        gaps = (dev.gaps_dense(self.data, slots, dev.xp.asarray(self.slot_coord[slots]), st, p)
+                if with_gaps else None)
         dev.end_round(state, st)
         return updates, self.slot_coord[slots], gaps
 
@@ -352,14 +353,15 @@ class SparseBlock:
         self.coords = np.concatenate([self.coords[kept], incoming])
         return int(incoming.shape[0])
 
-    def run_round(self, state, rng, local_epochs):
+    def run_round(self, state, rng, local_epochs, with_gaps=True):
         p, dev = self.problem, self.device
         st = dev.begin_round(state)
         coords = dev.xp.asarray(self.coords)
         updates = 0
         for _ in range(local_epochs):
             updates += dev.epoch_sparse(self.buf, coords, rng.permutation(self.coords.shape[0]), st, p)
-        gaps = dev.gaps_sparse(self.buf, np.arange(self.coords.shape[0]), coords, st, p)
+        gaps = (dev.gaps_sparse(self.buf, np.arange(self.coords.shape[0]), coords, st, p)
+                if with_gaps else None)
         dev.end_round(state, st)
         return updates, self.coords, gaps
 

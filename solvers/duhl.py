@@ -80,6 +80,37 @@ class DuHLResult:
         return self.status == "converged"
 
 
+class _GapSchedule:
+    """When to pay for a gap pass while all data is resident (no selection needs it).
+
+    From the last two checked gaps it estimates the linear rate and waits half
+    the rounds it predicts to the target (at most twice the last wait), so a
+    run overshoots its target by a bounded share of its rounds, as
+    scikit-learn's cheap stopping test does by other means.
+    """
+
+    def __init__(self, tol_abs, every="auto"):
+        self.tol_abs = tol_abs
+        self.every = every
+        self.history = []
+        self.next_round = 0
+
+    def checked(self, rnd, gap):
+        self.history.append((rnd, gap))
+        wait = 1
+        if self.every != "auto":
+            wait = self.every
+        elif len(self.history) >= 2:
+            (r1, g1), (r2, g2) = self.history[-2:]
+            if 0 < g2 < g1 and self.tol_abs > 0:
+                per_round = np.log(g2 / g1) / (r2 - r1)
+                remaining = np.log(self.tol_abs / g2) / per_round
+                wait = int(np.clip(0.5 * remaining, 1, 2 * (r2 - r1)))
+            elif 0 < g2 < g1:
+                wait = 2 * (r2 - r1)
+        self.next_round = rnd + min(wait, 64)
+
+
 class DuHL:
     """Gap-guided block coordinate descent with ``memory_budget`` of the data on the device.
 
@@ -104,10 +135,16 @@ class DuHL:
         Seeds the coordinate order and random block choices.
     callback : callable(row: dict) or None
         Sees every trace row as it is recorded.
+    gap_every : "auto" or int >= 1
+        With all data resident no selection needs gaps, so the gap pass runs
+        every ``gap_every`` rounds, or ("auto") when the observed linear rate
+        predicts the target is near. With part of the data resident the gaps
+        drive the selection and are computed every round.
     """
 
     def __init__(self, memory_budget=None, selection="gap", local_epochs=1, tol=1e-6,
-                 max_epochs=1000, max_time=None, device="cpu", random_state=None, callback=None):
+                 max_epochs=1000, max_time=None, device="cpu", random_state=None, callback=None,
+                 gap_every="auto"):
         self.memory_budget = memory_budget
         self.selection = selection
         self.local_epochs = local_epochs
@@ -117,6 +154,7 @@ class DuHL:
         self.device = device
         self.random_state = random_state
         self.callback = callback
+        self.gap_every = gap_every
         self._validate()
 
     def _validate(self):
@@ -132,6 +170,10 @@ class DuHL:
                                               and self.max_time > 0):
             raise ValueError("The 'max_time' parameter of DuHL must be None or a number > 0. "
                              f"Got {self.max_time!r} instead.")
+        if self.gap_every != "auto" and (isinstance(self.gap_every, bool) or not isinstance(
+                self.gap_every, (int, np.integer)) or self.gap_every < 1):
+            raise ValueError("The 'gap_every' parameter of DuHL must be 'auto' or an int >= 1. "
+                             f"Got {self.gap_every!r} instead.")
         parse_budget(self.memory_budget, 1)  # the form; the size against the data in solve()
         if self.selection not in POLICIES:
             raise ValueError(f"The 'selection' parameter must be one of {POLICIES}. "
@@ -155,6 +197,14 @@ class DuHL:
             raise ValueError(f"The 'memory_budget' parameter of DuHL ({self.memory_budget!r} = "
                              f"{budget} bytes) is below one coordinate's data ({largest} bytes).")
         return budget
+
+    def _stop(self, updates, n, t0):
+        """The status that ends the run now, or None."""
+        if updates >= self.max_epochs * n:
+            return "max_epochs"
+        if self.max_time is not None and time.perf_counter() - t0 >= self.max_time:
+            return "max_time"
+        return None
 
     def solve(self, problem, a0=None):
         self._validate()
@@ -189,6 +239,7 @@ class DuHL:
         status = "converged" if fresh_sum <= tol_abs else None
         certified = True                     # the current state's gap is known and recorded
         resident = np.zeros(n, dtype=bool)
+        schedule = _GapSchedule(tol_abs, self.gap_every)
 
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="duhl-host") as host:
             while status is None:
@@ -204,6 +255,13 @@ class DuHL:
                 # the host reads the start state while the device moves on from it
                 snapshot = (a.copy(), z.copy(), off.copy()) if stale.size else None
                 job = host.submit(problem.coordinate_gaps, *snapshot, stale) if stale.size else None
+                whole = bool(resident.all())
+                if whole and rnd < schedule.next_round:
+                    # all resident: gaps only when the schedule expects them to matter
+                    updates += block.run_round(state, rng, self.local_epochs, with_gaps=False)[0]
+                    certified = False
+                    status = self._stop(updates, n, t0)
+                    continue
                 done, dev_coords, dev_gaps = block.run_round(state, rng, self.local_epochs)
                 updates += done
                 host_gaps = job.result() if job is not None else None
@@ -226,10 +284,8 @@ class DuHL:
                     if fresh_sum <= tol_abs:
                         status = "converged"
                         break
-                if updates >= self.max_epochs * n:
-                    status = "max_epochs"
-                elif self.max_time is not None and time.perf_counter() - t0 >= self.max_time:
-                    status = "max_time"
+                    schedule.checked(rnd, fresh_sum)
+                status = self._stop(updates, n, t0)
 
         if not certified and status != "converged":
             # the last round's end state has no exact gap yet: one more pass gives it

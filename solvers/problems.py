@@ -151,6 +151,9 @@ def _coordinate_major(X, by_feature):
         A = (X.tocsc().T if by_feature else X.tocsr()).tocsr(copy=True)
         A.sort_indices()
         A.sum_duplicates()
+        if A.nnz < np.iinfo(np.int32).max:  # 32-bit indices: less memory, one kernel signature
+            A.indices = A.indices.astype(np.int32, copy=False)
+            A.indptr = A.indptr.astype(np.int32, copy=False)
         return A
     if by_feature:
         return np.ascontiguousarray(X.T)  # a free view when X is Fortran-ordered
