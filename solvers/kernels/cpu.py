@@ -14,10 +14,29 @@ so that ``u = z - c off`` and
 where ``mu_i`` is the mean of coordinate i's entries (zero without intercept).
 """
 
+from pathlib import Path
+
 import numpy as np
 from numba import njit
 
+from solvers import models
 from solvers.models import coord_gap, coord_update
+
+
+def _drop_stale_cache():
+    """Numba's on-disk cache is keyed on this file alone: when the scalar math in
+    models.py is newer than a cached kernel, drop that kernel so it recompiles."""
+    here = Path(__file__)
+    newest_source = max(here.stat().st_mtime, Path(models.__file__).stat().st_mtime)
+    for cached in (here.parent / "__pycache__").glob(f"{here.stem}.*.nb[ci]"):
+        try:
+            if cached.stat().st_mtime < newest_source:
+                cached.unlink()
+        except OSError:  # another process got there first
+            pass
+
+
+_drop_stale_cache()
 
 # reassociation lets LLVM vectorise the dot products; no NaN/inf assumptions
 _FAST = {"reassoc", "contract"}
