@@ -134,12 +134,21 @@ def validate_cluster_config(cluster_cfg: Any):
     return c
 
 
+def _dashboard_kwargs(address: Optional[str]) -> Dict[str, Any]:
+    """``dashboard_address=None`` only turns the dashboard's pages off: the scheduler's
+    HTTP server (health, metrics) still binds port 8787 (a warning when taken, a clash
+    between experiments). None here means no dashboard and that server on a free port."""
+    if address is not None:
+        return {"dashboard_address": address}
+    return {"dashboard_address": None, "scheduler_kwargs": {"dashboard": False, "dashboard_address": ":0"}}
+
+
 def _start_local(c: LocalClusterConfig):
     from dask.distributed import LocalCluster
 
     return LocalCluster(n_workers=c.n_workers, threads_per_worker=c.threads_per_worker,
                         memory_limit=c.memory_limit, processes=c.processes,
-                        dashboard_address=c.dashboard_address, timeout=c.timeout_s)
+                        timeout=c.timeout_s, **_dashboard_kwargs(c.dashboard_address))
 
 
 def _start_slurm(c: SlurmClusterConfig):
@@ -162,7 +171,7 @@ def _start_local_cuda(c: LocalCudaClusterConfig):
     return LocalCUDACluster(CUDA_VISIBLE_DEVICES=c.CUDA_VISIBLE_DEVICES,
                             device_memory_limit=c.device_memory_limit, rmm_pool_size=c.rmm_pool_size,
                             threads_per_worker=c.threads_per_worker,
-                            dashboard_address=c.dashboard_address)
+                            **_dashboard_kwargs(c.dashboard_address))
 
 
 STARTERS = {"local": _start_local, "local_cuda": _start_local_cuda, "slurm": _start_slurm}
