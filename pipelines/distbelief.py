@@ -6,7 +6,8 @@ target test accuracy, one table.
     python -m pipelines.distbelief --data w8a --model logistic --target-loss 0.14
     python -m pipelines.distbelief --data sphere --model mlp --target-accuracy 0.9
 
-(Not yet a Hydra preset: this runner takes the arms below; see the issue.)
+The Hydra experiment is ``python -m pipelines.experiment experiment=distbelief``
+(pipelines.distbelief_experiment); this runner is a quick standalone look.
 """
 
 from __future__ import annotations
