@@ -234,7 +234,23 @@ def free_device_bytes(device):
 # --------------------------------------------------------------------------- blocks
 
 
-class DenseBlock:
+def _passes(local_epochs, n_block, n_visit, most=16):
+    """Passes over the visited coordinates worth local_epochs epochs of the block
+    (a round does about the same work however far shrinking has gone)."""
+    return local_epochs * min(most, max(1, n_block // max(1, n_visit)))
+
+
+class _Block:
+    _cached = (None, None)
+
+    def _positions(self, coords, slot_coord):
+        """Where ``coords`` sit in the block; cached while the same array is passed."""
+        if self._cached[0] is not coords:
+            self._cached = (coords, np.flatnonzero(np.isin(slot_coord, coords)))
+        return self._cached[1]
+
+
+class DenseBlock(_Block):
     """Fixed slots of equal size: a swap overwrites the outgoing slots in place."""
 
     def __init__(self, problem, n_slots, device):
@@ -281,21 +297,23 @@ class DenseBlock:
             self._coords_dev = self.device.xp.asarray(self.slot_coord)
         return self._coords_dev
 
-    def run_round(self, state, rng, local_epochs, with_gaps=True):
-        """local_epochs epochs on the block, then its gaps: (updates, coords, gaps or None)."""
+    def run_round(self, state, rng, local_epochs, with_gaps=True, active=None):
+        """local_epochs epochs on the block (only its ``active`` coordinates, when given),
+        then the gaps of all of it: (updates, coords, gaps or None)."""
         p, dev = self.problem, self.device
         slots = np.flatnonzero(self.slot_coord >= 0)
+        visit = slots if active is None else self._positions(active, self.slot_coord)
         st = dev.begin_round(state)
         updates = 0
-        for _ in range(local_epochs):
-            updates += dev.epoch_dense(self.data, self._coords(), rng.permutation(slots), st, p)
+        for _ in range(_passes(local_epochs, slots.shape[0], visit.shape[0])):
+            updates += dev.epoch_dense(self.data, self._coords(), rng.permutation(visit), st, p)
         gaps = (dev.gaps_dense(self.data, slots, dev.xp.asarray(self.slot_coord[slots]), st, p)
                 if with_gaps else None)
         dev.end_round(state, st)
         return updates, self.slot_coord[slots], gaps
 
 
-class SparseBlock:
+class SparseBlock(_Block):
     """A CSR buffer of fixed capacity in entries; a swap compacts the kept rows
     (device-to-device) and appends the incoming ones (host-to-device, counted)."""
 
@@ -353,13 +371,15 @@ class SparseBlock:
         self.coords = np.concatenate([self.coords[kept], incoming])
         return int(incoming.shape[0])
 
-    def run_round(self, state, rng, local_epochs, with_gaps=True):
+    def run_round(self, state, rng, local_epochs, with_gaps=True, active=None):
         p, dev = self.problem, self.device
         st = dev.begin_round(state)
         coords = dev.xp.asarray(self.coords)
+        visit = (np.arange(self.coords.shape[0]) if active is None
+                 else self._positions(active, self.coords))
         updates = 0
-        for _ in range(local_epochs):
-            updates += dev.epoch_sparse(self.buf, coords, rng.permutation(self.coords.shape[0]), st, p)
+        for _ in range(_passes(local_epochs, self.coords.shape[0], visit.shape[0])):
+            updates += dev.epoch_sparse(self.buf, coords, rng.permutation(visit), st, p)
         gaps = (dev.gaps_sparse(self.buf, np.arange(self.coords.shape[0]), coords, st, p)
                 if with_gaps else None)
         dev.end_round(state, st)

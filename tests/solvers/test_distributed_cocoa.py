@@ -56,9 +56,9 @@ def test_hinge_svm_sample_partition_reaches_sklearn(svm_data):
 def test_k1_reproduces_single_machine_trace(lasso_data):
     X, y = lasso_data
     p = make_problem("lasso", X, y, alpha=0.5)
-    # a gap every round, as CoCoA+ computes one every round
+    # a gap every round over every coordinate, as CoCoA+ does
     single = DuHL(memory_budget=None, local_epochs=2, tol=1e-8, max_epochs=500, random_state=3,
-                  gap_every=1).solve(p)
+                  gap_every=1, shrinking=False).solve(p)
     cocoa = CoCoA(n_parts=1, local_epochs=2, tol=1e-8, max_epochs=500, random_state=3).solve(p)
     assert len(cocoa.trace) == len(single.trace)
     for col in ("epoch", "primal", "dual", "gap"):
