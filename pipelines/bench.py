@@ -285,13 +285,15 @@ def track(rows, summary, out_dir, quick, header):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, at most ~3 minutes")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=None, help="runs per solver (3; quick: 1)")
     parser.add_argument("--max-time", type=float, default=None, help="seconds per solver run")
     parser.add_argument("--no-tracking", action="store_true")
     parser.add_argument("--out", default=str(ROOT / "bench-results"))
     args = parser.parse_args(argv)
     if args.max_time is None:
         args.max_time = 2.0 if args.quick else 30.0
+    if args.repeats is None:  # the quick suite keeps to its 3 minutes with one run each
+        args.repeats = 1 if args.quick else 3
     from threadpoolctl import threadpool_info, threadpool_limits
 
     from solvers.kernels import cpu
