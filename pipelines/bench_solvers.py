@@ -71,7 +71,7 @@ def epoch_ratio(label, X, y, alpha, repeats, bandwidth):
     from sklearn.exceptions import ConvergenceWarning
     from sklearn.linear_model import lasso_path
 
-    problem = make_problem("lasso", X, y, alpha=alpha)
+    problem = make_problem("lasso", X, y, alpha=alpha, fit_intercept=False)  # as lasso_path
     n_coords = problem.n_coords
     coords = np.arange(n_coords)
     rng = np.random.default_rng(0)
