@@ -82,6 +82,29 @@ class SolverConfig:
 
 
 @dataclass
+class CocoaSolverConfig(SolverConfig):
+    """CoCoA+ (tasks.distributed_arms.CocoaArm): local_epochs is H; a memory_budget
+    (device/) makes each part's local solver DuHL, null in-memory SCD."""
+
+    name: str = "cocoa"
+    n_parts: int = 2  # K replicas
+    aggregation: str = "adding"  # adding (gamma = 1, sigma' = K) | averaging (gamma = 1/K)
+    local_solver: str = "scd"
+
+
+@dataclass
+class DianaSolverConfig(SolverConfig):
+    """DIANA and its baselines (tasks.distributed_arms.DianaArm); max_epochs caps the rounds."""
+
+    name: str = "diana"
+    n_workers: int = 4
+    method: str = "diana"  # diana | gd | no_shift | ef21
+    compressor: Any = "identity"  # a name or a mapping (solvers.compression.make_compressor)
+    gamma: Optional[float] = None  # None: from L and omega
+    shift_lr: Optional[float] = None  # None: 1 / (1 + omega)
+
+
+@dataclass
 class DeviceConfig:
     name: str = "cpu"
     # A fraction of the data's bytes in (0, 1], a size like "512MB", or null
@@ -124,6 +147,7 @@ class ExperimentSpec:
     kind: str = "duhl"  # duhl | distbelief (pipelines.distbelief runs it)
     name: str = "duhl"
     target_rel_gap: float = 1e-6  # every arm runs to this rel_gap ...
+    target_suboptimality: float = 1e-6  # ... or, arms without a gap (DIANA), to this F - F*
     max_time: Optional[float] = 60.0  # ... or this many seconds (per arm)
     main_arm: str = "gap"  # the arm whose speedups are reported
     baselines: List[str] = field(default_factory=lambda: ["sequential", "random"])
@@ -155,7 +179,7 @@ SCHEMAS = {
               "svm": SvmModel, "logistic": LogisticModel, "mlp": MlpModel},
     "data": {"synthetic_dense": SyntheticDenseData, "synthetic_sparse": SyntheticSparseData,
              "libsvm": LibsvmData, "sklearn": SklearnData, "sphere": SphereData},
-    "solver": {"duhl": SolverConfig},
+    "solver": {"duhl": SolverConfig, "cocoa": CocoaSolverConfig, "diana": DianaSolverConfig},
     "device": {"base": DeviceConfig},
     "cluster": {"base": ClusterConfig, "local": LocalClusterConfig, "local_cuda": LocalCudaClusterConfig,
                 "remote": RemoteClusterConfig,

@@ -29,11 +29,16 @@ from omegaconf.errors import OmegaConfBaseException
 from rich.console import Console
 
 from pipelines import progress, report
-from pipelines.config import SolverConfig, check_config, register_configs
+from pipelines.config import SCHEMAS, SolverConfig, check_config, register_configs
 from pipelines.tracking import (PROJECT_ROOT, SWEEP_PARENT_ENV, RoundSampler, flatten, open_tracker,
                                 run_tags, stop_on_sigterm)
+from tasks.cluster import connect, validate_cluster_config
 from tasks.data import cache_key, load_dataset, resolve_path, validate_data_config
-from tasks.solve import NoCudaDevice, build_problem, check_device, check_model, make_solver, run_arm, warmup
+from tasks.distributed_arms import Placement
+from tasks.distributed_arms import check_model as check_arm_model
+from tasks.replicas import ClusterLost
+from tasks.solve import (NoCudaDevice, build_problem, check_device, check_model, is_distributed, make_solver,
+                         progress_metric, run_arm, warmup)
 
 log = logging.getLogger(__name__)
 register_configs()
@@ -52,13 +57,14 @@ class Plan:
     main_arm: str
     baselines: List[str]
     target_rel_gap: float
+    metric: str = "rel_gap"  # the trace column the target applies to (suboptimality: DIANA)
+    target: float = 0.0  # target_rel_gap, or experiment.target_suboptimality
 
 
 def plan_experiment(cfg: DictConfig) -> Plan:
     """Every check that needs no data. Raises ValueError (one line) on a bad setting."""
-    if cfg.cluster.name != "none":
-        raise ValueError(f"The 'name' parameter of cluster must be 'none' for now. Got {cfg.cluster.name!r} instead.")
     check_config(cfg)
+    cluster = validate_cluster_config(cfg.cluster)
     data = validate_data_config(OmegaConf.to_container(cfg.data, resolve=True))
     cache_key(data, PROJECT_ROOT)  # a data file that is missing fails here
     model = OmegaConf.to_container(cfg.model, resolve=True)
@@ -74,41 +80,60 @@ def plan_experiment(cfg: DictConfig) -> Plan:
         delta = delta or {}
         if not isinstance(delta, dict):
             raise ValueError(f"Arm '{name}' must be a mapping of solver settings. Got {delta!r} instead.")
-        unknown = sorted(set(delta) - ARM_KEYS)
+        schema = SCHEMAS["solver"].get(delta.get("name", base["name"]), SolverConfig)  # cocoa, diana: more keys
+        keys = {f.name for f in dataclasses.fields(schema)}
+        unknown = sorted(set(delta) - keys - ARM_KEYS)
         if unknown:
-            raise ValueError(f"Arm '{name}' has unknown key(s) {unknown}. Known: {sorted(ARM_KEYS)}.")
+            raise ValueError(f"Arm '{name}' has unknown key(s) {unknown}. Known: {sorted(keys | ARM_KEYS)}.")
         # Type-check the solver keys against the schema, as Hydra does for the top level.
-        OmegaConf.merge(OmegaConf.structured(SolverConfig), {k: v for k, v in delta.items() if k in SOLVER_KEYS})
+        OmegaConf.merge(OmegaConf.structured(schema), {k: v for k, v in delta.items() if k in keys})
         arms[name] = {**base, **delta}
+        if progress_metric(arms[name]) == "suboptimality":  # no duality gap (DIANA)
+            arms[name]["tol"] = exp.target_suboptimality
+        check_arm_model(arms[name].get("name", "duhl"), model)
         make_solver(arms[name])  # the solver's own validation
+    metrics = sorted({progress_metric(s) for s in arms.values()})
+    if len(metrics) > 1:
+        raise ValueError(f"The arms of one experiment must share a progress metric; these mix {metrics}.")
+    if cluster.name != "none":
+        local = sorted(n for n, s in arms.items() if not is_distributed(s))
+        if local:
+            raise ValueError(f"The 'name' parameter of cluster must be 'none' for arm(s) {local} (only cocoa and "
+                             f"diana arms run on a cluster). Got {cluster.name!r} instead.")
     for role, names in (("main_arm", [exp.main_arm]), ("baselines", list(exp.baselines))):
         missing = [n for n in names if n not in arms]
         if missing:
             raise ValueError(f"The '{role}' parameter of experiment names arm(s) {missing} that are not in "
                              f"experiment.arms {sorted(arms)}.")
-    return Plan(data, model, arms, exp.main_arm, list(exp.baselines), float(exp.target_rel_gap))
+    if metrics == ["suboptimality"] and not exp.target_suboptimality > 0:
+        raise ValueError("The 'target_suboptimality' parameter of experiment must be a float > 0. "
+                         f"Got {exp.target_suboptimality!r} instead.")
+    target = float(exp.target_suboptimality if metrics == ["suboptimality"] else exp.target_rel_gap)
+    return Plan(data, model, arms, exp.main_arm, list(exp.baselines), float(exp.target_rel_gap), metrics[0], target)
 
 
 def run_tracked_arm(cfg: DictConfig, plan: Plan, tracker: Any, arm_id: str, name: str, settings: Dict[str, Any],
-                    problem: Any, csv: Path, show: bool):
+                    problem: Any, csv: Path, show: bool, placement: Any = None):
     """One arm: solve while streaming sampled rows to MLflow, then its per-run numbers and CSV."""
     tracker.log_params(arm_id, {"arm": name, **settings})
-    sampler = RoundSampler(cfg.tracking.points_per_decade, cfg.tracking.min_interval_s, plan.target_rel_gap)
-    with progress.arm_progress(show, name, plan.target_rel_gap) as bar:
+    sampler = RoundSampler(cfg.tracking.points_per_decade, cfg.tracking.min_interval_s, plan.target, plan.metric)
+    with progress.arm_progress(show, name, plan.target, plan.metric) as bar:
         def on_row(row: dict) -> None:
             bar(row)
             if sampler.keep(row):
                 tracker.log_round(arm_id, row)
 
-        result = run_arm(problem, settings, callback=on_row)
+        result = run_arm(problem, settings, callback=on_row, placement=placement)
     last = result.trace.iloc[-1].to_dict()
     if sampler.last_kept is None or sampler.last_kept["round"] != last["round"]:
         tracker.log_round(arm_id, last)  # the curve ends where the run ended
-    stats = report.arm_stats(result.trace, plan.target_rel_gap, result.status)
+    stats = report.arm_stats(result.trace, plan.target, result.status)
     tracker.log_metrics(arm_id, stats.run_metrics())
+    if getattr(result, "events", None):  # replicas rerun after a worker died
+        tracker.set_tags(arm_id, {"recoveries": len(result.events), "events": str(result.events)[:5000]})
     result.trace.to_csv(csv, index=False)
     tracker.log_artifact(arm_id, csv)
-    log.info("arm %s: %s, rel_gap %.2e after %.2fs", name, result.status, result.rel_gap, result.time_s)
+    log.info("arm %s: %s, %s %.2e after %.2fs", name, result.status, plan.metric, last[plan.metric], result.time_s)
     return result.trace, stats
 
 
@@ -137,6 +162,13 @@ def run_experiment(cfg: DictConfig, output_dir: Path, run_name: str = "",
     tags = run_tags(cfg.device.name)
     parent_tags = {**tags, "overrides": " ".join(overrides)} if overrides else tags
 
+    try:
+        return _run_tracked(cfg, plan, tracker, tags, parent_tags, run_name, output_dir, console, show, started)
+    except (ClusterLost, ConnectionError) as error:  # the runs are FAILED with the error tagged
+        raise SystemExit(f"Error: {type(error).__name__}: {error}") from None
+
+
+def _run_tracked(cfg, plan, tracker, tags, parent_tags, run_name, output_dir, console, show, started):
     with tracker.run(run_name or cfg.experiment.name, os.environ.get(SWEEP_PARENT_ENV), parent_tags) as parent_id:
         tracker.log_params(parent_id, flatten(OmegaConf.to_container(cfg, resolve=True)))
 
@@ -150,16 +182,20 @@ def run_experiment(cfg: DictConfig, output_dir: Path, run_name: str = "",
 
         traces, stats = {}, {}
         (output_dir / "traces").mkdir(parents=True, exist_ok=True)
-        for name, settings in plan.arms.items():
-            with tracker.run(name, parent_id, {**tags, "arm": name}) as arm_id:
-                traces[name], stats[name] = run_tracked_arm(cfg, plan, tracker, arm_id, name, settings, problem,
-                                                            output_dir / "traces" / f"{name}.csv", show)
+        with connect(cfg.cluster) as client:  # None: cluster=none, everything in this process
+            placement = Placement(client, dataset.path, dataset.X, dataset.y, plan.model,
+                                  float(getattr(validate_cluster_config(cfg.cluster), "timeout_s", 60.0)))
+            for name, settings in plan.arms.items():
+                with tracker.run(name, parent_id, {**tags, "arm": name}) as arm_id:
+                    traces[name], stats[name] = run_tracked_arm(cfg, plan, tracker, arm_id, name, settings, problem,
+                                                                output_dir / "traces" / f"{name}.csv", show,
+                                                                placement)
 
-        console.print(report.table(stats, plan.baselines, plan.target_rel_gap))
-        plots = report.save_plots(traces, plan.target_rel_gap, output_dir,
+        console.print(report.table(stats, plan.baselines, plan.target))
+        plots = report.save_plots(traces, plan.target, output_dir,
                                   f"{cfg.experiment.name}: {plan.model['name']} on {plan.data.name}, "
                                   f"budget {cfg.device.memory_budget}")
-        verdict = report.verdict(stats, plan.main_arm, plan.baselines, plan.target_rel_gap)
+        verdict = report.verdict(stats, plan.main_arm, plan.baselines, plan.target)
         console.print(f"[bold]{verdict}[/bold]")
         console.print(f"plots: {', '.join(str(p) for p in plots)}")
 

@@ -37,16 +37,17 @@ def data_progress(enabled: bool, description: str) -> Iterator[Callable[[int, in
 
 
 @contextmanager
-def arm_progress(enabled: bool, arm: str, target_rel_gap: float) -> Iterator[Callable[[dict], None]]:
-    """Yields a solver callback; the bar fills as log(rel_gap) approaches log(target)."""
+def arm_progress(enabled: bool, arm: str, target_rel_gap: float,
+                 key: str = "rel_gap") -> Iterator[Callable[[dict], None]]:
+    """Yields a solver callback; the bar fills as log(rel_gap) (or ``key``) approaches log(target)."""
     with _bar(enabled) as bar:
         task = bar.add_task(f"arm {arm}", total=_STEPS, info="")
         goal = max(-math.log10(target_rel_gap), 1e-12) if target_rel_gap > 0 else math.inf
 
         def update(row: dict) -> None:
-            rel_gap = row["rel_gap"]
+            rel_gap = row[key]
             done = -math.log10(rel_gap) / goal if rel_gap > 0 else float(rel_gap == 0)  # NaN: 0
             bar.update(task, completed=int(_STEPS * min(max(done, 0.0), 1.0)),
-                       info=f"rel_gap {rel_gap:.2e}  epoch {row['epoch']:.1f}")
+                       info=f"{key} {rel_gap:.2e}  epoch {row['epoch']:.1f}")
 
         yield update

@@ -2,6 +2,8 @@
 
 Everything here is computed from the arms' traces (flat rows in the metric
 vocabulary), never from a solver's internals, so any solver's arms compare.
+The target applies to ``rel_gap``, or to ``suboptimality`` in traces without a
+gap (DIANA); ``bits_sent`` (distributed arms) gives bits to the target and a plot.
 """
 
 from __future__ import annotations
@@ -28,29 +30,43 @@ class ArmStats:
     epochs: float
     bytes_h2d: float
     status: str = ""
+    metric: str = "rel_gap"  # final_rel_gap holds this column's last value
+    bits_to_target: float = math.nan
+    bits_sent: float = math.nan  # the whole run (NaN: the solver sends nothing)
 
     def run_metrics(self) -> Dict[str, float]:
         """The per-run metrics of the vocabulary (to-target ones only when reached)."""
-        metrics = {"final_rel_gap": self.final_rel_gap, "reached_target": float(self.reached)}
+        metrics = {f"final_{self.metric}": self.final_rel_gap, "reached_target": float(self.reached)}
         if self.reached:
-            metrics.update(time_to_target_s=self.time_to_target_s, epochs_to_target=self.epochs_to_target,
-                           bytes_to_target=self.bytes_to_target)
+            metrics.update({k: v for k, v in (("time_to_target_s", self.time_to_target_s),
+                                              ("epochs_to_target", self.epochs_to_target),
+                                              ("bytes_to_target", self.bytes_to_target),
+                                              ("bits_to_target", self.bits_to_target)) if not math.isnan(v)})
         return metrics
 
 
+def progress_metric(trace: pd.DataFrame) -> str:
+    """rel_gap when the trace has a gap, else suboptimality (DIANA)."""
+    return "rel_gap" if "rel_gap" in trace.columns else "suboptimality"
+
+
 def arm_stats(trace: pd.DataFrame, target_rel_gap: float, status: str = "") -> ArmStats:
+    metric = progress_metric(trace)
     last = trace.iloc[-1]
-    hits = trace[trace["rel_gap"] <= target_rel_gap]
+    hits = trace[trace[metric] <= target_rel_gap]
     first = hits.iloc[0] if len(hits) else None
     nan = math.nan
+
+    def at(row, column):
+        return float(row[column]) if row is not None and column in trace.columns else nan
+
     return ArmStats(
         reached=first is not None,
-        time_to_target_s=float(first["time_s"]) if first is not None else nan,
-        epochs_to_target=float(first["epoch"]) if first is not None else nan,
-        bytes_to_target=float(first["bytes_h2d"]) if first is not None else nan,
-        final_rel_gap=float(last["rel_gap"]),
-        time_s=float(last["time_s"]), epochs=float(last["epoch"]), bytes_h2d=float(last["bytes_h2d"]),
-        status=status)
+        time_to_target_s=at(first, "time_s"), epochs_to_target=at(first, "epoch"),
+        bytes_to_target=at(first, "bytes_h2d"),
+        final_rel_gap=float(last[metric]),
+        time_s=float(last["time_s"]), epochs=at(last, "epoch"), bytes_h2d=at(last, "bytes_h2d"),
+        status=status, metric=metric, bits_to_target=at(first, "bits_sent"), bits_sent=at(last, "bits_sent"))
 
 
 @dataclass
@@ -82,17 +98,24 @@ def speedup_metrics(stats: Mapping[str, ArmStats], main_arm: str) -> Dict[str, f
 
 
 def table(stats: Mapping[str, ArmStats], baselines: List[str], target_rel_gap: float) -> Table:
-    t = Table(title=f"To rel_gap <= {target_rel_gap:g} ('>': not reached, the whole run shown)")
-    for column in ("arm", "status", "time (s)", "epochs", "GB host->device", "final rel_gap",
+    metric = next((s.metric for s in stats.values()), "rel_gap")
+    with_bytes = any(not math.isnan(s.bytes_h2d) for s in stats.values())
+    with_bits = any(not math.isnan(s.bits_sent) for s in stats.values())
+    t = Table(title=f"To {metric} <= {target_rel_gap:g} ('>': not reached, the whole run shown)")
+    for column in ("arm", "status", "time (s)", "epochs", *(["GB host->device"] if with_bytes else []),
+                   *(["Mbit sent"] if with_bits else []), f"final {metric}",
                    *(f"speedup vs {b}" for b in baselines)):
         t.add_column(column, justify="left" if column in ("arm", "status") else "right")
     for name, s in stats.items():
-        # Bytes to the target when it was reached, else all bytes the run moved.
+        # Bytes (bits) to the target when it was reached, else all the run moved (sent).
         moved = s.bytes_to_target if s.reached else s.bytes_h2d
+        sent = s.bits_to_target if s.reached else s.bits_sent
         cells = [name, s.status,
                  f"{s.time_to_target_s:.2f}" if s.reached else f"> {s.time_s:.2f}",
                  f"{s.epochs_to_target:.1f}" if s.reached else f"> {s.epochs:.1f}",
-                 f"{moved / 1e9:.3f}", f"{s.final_rel_gap:.2e}"]
+                 *([f"{moved / 1e9:.3f}"] if with_bytes else []),
+                 *([("" if s.reached else "> ") + f"{sent / 1e6:.3f}"] if with_bits else []),
+                 f"{s.final_rel_gap:.2e}"]
         for b in baselines:
             sp = speedup(s, stats[b]) if b in stats and b != name else None
             cells.append(str(sp) if sp else "-")
@@ -106,7 +129,7 @@ def verdict(stats: Mapping[str, ArmStats], main_arm: str, baselines: List[str],
     if main is None:
         return f"No arm named '{main_arm}' ran."
     if not main.reached:
-        return (f"{main_arm} did not reach rel_gap {target_rel_gap:g} "
+        return (f"{main_arm} did not reach {main.metric} {target_rel_gap:g} "
                 f"(final {main.final_rel_gap:.2e} after {main.time_s:.1f}s, {main.status}).")
     parts = []
     for b in baselines:
@@ -114,28 +137,35 @@ def verdict(stats: Mapping[str, ArmStats], main_arm: str, baselines: List[str],
         if sp is not None:
             parts.append(f"{sp} vs {b}")
     compared = "; speedup " + ", ".join(parts) if parts else ""
-    return f"{main_arm} reached rel_gap {target_rel_gap:g} in {main.time_to_target_s:.2f}s{compared}."
+    return f"{main_arm} reached {main.metric} {target_rel_gap:g} in {main.time_to_target_s:.2f}s{compared}."
 
 
 def save_plots(traces: Mapping[str, pd.DataFrame], target_rel_gap: float, out_dir: Path,
                title: str = "") -> List[Path]:
-    """rel_gap against time and against bytes moved host->device, one line per arm."""
+    """rel_gap (or suboptimality) against time, against bytes moved host->device and
+    against bits sent (each when some trace has it), one line per arm."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only; no display needed
     import matplotlib.pyplot as plt
 
     paths = []
-    for x, label, scale, name in (("time_s", "time (s)", 1.0, "rel_gap_vs_time.png"),
-                                  ("bytes_h2d", "GB moved host -> device", 1e-9, "rel_gap_vs_bytes.png")):
+    metric = progress_metric(next(iter(traces.values()))) if traces else "rel_gap"
+    ylabel = "relative duality gap" if metric == "rel_gap" else "suboptimality F - F*"
+    for x, label, scale, name in (("time_s", "time (s)", 1.0, "time"),
+                                  ("bytes_h2d", "GB moved host -> device", 1e-9, "bytes"),
+                                  ("bits_sent", "Mbit sent (all workers)", 1e-6, "bits")):
+        if x != "time_s" and not any(x in trace.columns for trace in traces.values()):
+            continue
         fig, ax = plt.subplots(figsize=(6, 4))
         for arm, trace in traces.items():
-            ax.plot(trace[x] * scale, trace["rel_gap"], label=arm)
+            if x in trace.columns:
+                ax.plot(trace[x] * scale, trace[metric], label=arm)
         ax.axhline(target_rel_gap, color="grey", linestyle=":", label="target")
-        ax.set(yscale="log", xlabel=label, ylabel="relative duality gap", title=title)
+        ax.set(yscale="log", xlabel=label, ylabel=ylabel, title=title)
         ax.legend()
         fig.tight_layout()
-        paths.append(Path(out_dir) / name)
+        paths.append(Path(out_dir) / f"{metric}_vs_{name}.png")
         fig.savefig(paths[-1], dpi=120)
         plt.close(fig)
     return paths

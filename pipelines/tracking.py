@@ -212,7 +212,9 @@ class RoundSampler:
     points_per_decade=0 keeps every row.
     """
 
-    def __init__(self, points_per_decade: int, min_interval_s: float, target_rel_gap: float):
+    def __init__(self, points_per_decade: int, min_interval_s: float, target_rel_gap: float,
+                 key: str = "rel_gap"):
+        self.key = key  # the column followed: rel_gap, or suboptimality (DIANA)
         self.factor = 10 ** (-1 / points_per_decade) if points_per_decade > 0 else None
         self.min_interval_s = min_interval_s
         self.target = target_rel_gap
@@ -220,11 +222,12 @@ class RoundSampler:
         self.crossed = False
 
     def keep(self, row: Mapping[str, Any]) -> bool:
-        crossing = not self.crossed and row["rel_gap"] <= self.target
+        value = row[self.key]
+        crossing = not self.crossed and value <= self.target
         self.crossed = self.crossed or crossing
         last = self.last_kept
         keep = (self.factor is None or last is None or crossing
-                or row["rel_gap"] <= last["rel_gap"] * self.factor
+                or value <= last[self.key] * self.factor
                 or row["time_s"] - last["time_s"] >= self.min_interval_s)
         if keep:
             self.last_kept = row

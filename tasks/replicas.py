@@ -164,9 +164,11 @@ class _DaskReplicas:
         return workers
 
     def _submit(self, fn, i, args, build):
-        workers = self._workers()
-        if self.home[i] not in workers:
-            self.home[i] = workers[(i + len(self.events)) % len(workers)]
+        if self.home[i] is None:  # first round, or after a failure: ask the scheduler who is alive
+            workers = self._workers()
+            taken = [h for h in self.home if h is not None]
+            free = [w for w in workers if w not in taken] or workers
+            self.home[i] = free[(i + len(self.events)) % len(free)]
         return self.client.submit(fn, self.prefix + str(i), self.round_no, *args, build=build,
                                   workers=[self.home[i]], allow_other_workers=True, pure=False,
                                   key=f"{self.prefix}{i}-r{self.round_no}-{uuid.uuid4().hex[:6]}")
@@ -188,10 +190,17 @@ class _DaskReplicas:
             except Exception as error:  # the client lost its scheduler
                 raise ClusterLost(f"lost the dask scheduler: {error}") from None
             retry = []
+            done = [i for i, fut in futures.items() if fut.status == "finished"]
+            if done:  # one gather for the round, not a round trip per replica
+                try:
+                    for i, value in zip(done, self.client.gather([futures[i] for i in done])):
+                        results[i] = value
+                        del futures[i]
+                except Exception:  # gone between wait and gather: retried below
+                    pass
             for i, fut in list(futures.items()):
                 if fut.status == "finished":
-                    results[i] = fut.result()
-                    del futures[i]
+                    continue  # lost between wait and gather: next pass
                 elif fut.status in ("error", "cancelled", "lost") or not fut.done():
                     reason = "timeout" if not fut.done() else repr(fut.exception()) if fut.status == "error" else fut.status
                     if not self.client.status == "running":

@@ -17,9 +17,11 @@ from solvers.backend import NoCudaDevice, check_device
 from solvers.duhl import DuHL, parse_budget
 from solvers.problems import MODELS, make_problem
 from solvers.selection import POLICIES
+from tasks.distributed_arms import ARMS as DISTRIBUTED_ARMS
 from tasks.peers import PEER_SOLVERS
 
-SOLVERS = {"duhl": DuHL, **PEER_SOLVERS}  # peer_*: other libraries (tasks/peers.py)
+# peer_*: other libraries (tasks/peers.py); cocoa, diana: replicas (tasks/distributed_arms.py)
+SOLVERS = {"duhl": DuHL, **PEER_SOLVERS, **DISTRIBUTED_ARMS}
 CLASSIFIERS = ("svm", "logistic")
 
 
@@ -95,12 +97,29 @@ def warmup(model_cfg: Mapping[str, Any], X, y, arms: Mapping[str, Mapping[str, A
     compile_kernels()
     problem = build_problem(model_cfg, *_read_only_miniature(model_cfg["name"], X, y))
     for settings in arms.values():
+        if not getattr(SOLVERS[settings.get("name", "duhl")], "warmup", True):
+            continue  # nothing to compile
         small = {**settings, "max_epochs": 2, "tol": 0.0, "max_time": None,
                  "memory_budget": None if settings.get("memory_budget") is None else 0.5}
         make_solver(small).solve(problem)
     return time.perf_counter() - start
 
 
-def run_arm(problem, settings: Mapping[str, Any], callback: Optional[Callable[[dict], None]] = None):
-    """Solve ``problem`` with the arm's solver; returns the solver's result."""
-    return make_solver(settings, callback=callback).solve(problem)
+def is_distributed(settings: Mapping[str, Any]) -> bool:
+    """Whether the arm's solver runs replicas (may run on a Dask cluster)."""
+    return bool(getattr(SOLVERS.get(settings.get("name", "duhl")), "distributed", False))
+
+
+def progress_metric(settings: Mapping[str, Any]) -> str:
+    """The trace column the arm's target applies to: rel_gap, or suboptimality (DIANA)."""
+    return getattr(SOLVERS.get(settings.get("name", "duhl")), "progress_metric", "rel_gap")
+
+
+def run_arm(problem, settings: Mapping[str, Any], callback: Optional[Callable[[dict], None]] = None,
+            placement: Any = None):
+    """Solve ``problem`` with the arm's solver; returns the solver's result. ``placement``
+    (tasks.distributed_arms.Placement): where replicated solvers run and the data they read."""
+    solver = make_solver(settings, callback=callback)
+    if getattr(solver, "distributed", False):
+        return solver.solve(problem, placement=placement)
+    return solver.solve(problem)
