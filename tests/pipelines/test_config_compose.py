@@ -31,7 +31,7 @@ def test_every_group_has_its_options(hydra_conf):
     found = {g: set(hydra_conf.get_group_options(g)) for g in GROUPS}
     assert found["model"] == {"lasso", "elastic_net", "ridge", "svm", "logistic", "mlp"}
     assert {"synthetic_dense", "synthetic_sparse", "libsvm", "sklearn", "sphere"} == found["data"]
-    assert {"duhl", "duhl_gap", "duhl_random", "duhl_sequential", "duhl_importance"} == found["solver"]
+    assert {"duhl", "duhl_gap", "duhl_random", "duhl_sequential", "duhl_importance", "cocoa", "diana"} <= found["solver"]
     assert {"default", "duhl_svm"} <= found["experiment"]
     assert {"mlflow", "none"} == found["tracking"]
 
@@ -39,7 +39,12 @@ def test_every_group_has_its_options(hydra_conf):
 @pytest.mark.parametrize("group,option", options())
 def test_option_composes_and_plans(hydra_conf, group, option):
     distbelief = (group, option) in (("model", "mlp"), ("experiment", "distbelief"))  # DistBelief only
-    cfg = compose("config", overrides=[f"{group}={option}", *(["experiment=distbelief"] if distbelief else [])])
+    extra = ["experiment=distbelief"] if distbelief else []
+    if group == "cluster" and option != "none":  # a cluster runs replicated arms only
+        extra = ["solver=cocoa", *(["cluster.address=tcp://127.0.0.1:8786"] if option == "remote" else [])]
+    if (group, option) == ("solver", "diana"):  # DIANA: lasso / logistic without intercept
+        extra = ["model.fit_intercept=false"]
+    cfg = compose("config", overrides=[f"{group}={option}", *extra])
     chosen = cfg[group] if group != "experiment" else cfg.experiment
     assert chosen is not None
     if group in ("model", "data"):
@@ -114,3 +119,36 @@ def test_joblib_launcher_is_available_for_parallel_sweeps(hydra_conf):
     cfg = compose("config", overrides=["hydra/launcher=joblib"], return_hydra_config=True)
     assert "JoblibLauncher" in cfg.hydra.launcher._target_
     assert cfg.hydra.callbacks.mlflow_sweep._target_ == "pipelines.sweep.MlflowSweepCallback"
+
+
+def test_cocoa_preset_plans_k_and_aggregation_arms_on_a_cluster(hydra_conf):
+    cfg = compose("config", overrides=["experiment=cocoa"])
+    plan = plan_experiment(cfg)
+    assert cfg.cluster.name == "local" and plan.metric == "rel_gap"
+    assert {(a["n_parts"], a["aggregation"]) for a in plan.arms.values()} == {
+        (1, "adding"), (2, "adding"), (2, "averaging"), (4, "adding"), (4, "averaging")}
+    assert all(a["name"] == "cocoa" and a["memory_budget"] is None for a in plan.arms.values())
+
+
+def test_diana_preset_plans_compressors_by_method(hydra_conf):
+    cfg = compose("config", overrides=["experiment=diana"])
+    plan = plan_experiment(cfg)
+    assert plan.metric == "suboptimality" and plan.target == cfg.experiment.target_suboptimality
+    methods = {a["method"] for a in plan.arms.values()}
+    assert methods == {"gd", "diana", "no_shift", "ef21"}
+    assert all(a["tol"] == cfg.experiment.target_suboptimality for a in plan.arms.values())
+    assert plan_experiment(compose("config", overrides=["experiment=diana", "cluster=local"])).arms
+
+
+@pytest.mark.parametrize("overrides,message", [
+    (["cluster=local"], r"must be 'none' for arm\(s\)"),  # DuHL arms run in-process
+    (["experiment=diana", "model.fit_intercept=true"], "no intercept"),
+    (["experiment=diana", "model=svm"], "'model' parameter of DIANA"),
+    (["experiment=cocoa", "+experiment.arms.bad={n_parts: 0}"], "'n_parts'.*0"),
+    (["experiment=diana", "+experiment.arms.bad={method: adam}"], "'method'.*adam"),
+    (["experiment=diana", "+experiment.arms.bad={compressor: top_k}"], "unbiased|top_k|'k'"),
+    (["experiment=cocoa", "+experiment.arms.bad={name: diana, method: gd}"], "share a progress metric|intercept"),
+])
+def test_distributed_arm_settings_fail_before_data(hydra_conf, overrides, message):
+    with pytest.raises(ValueError, match=message):
+        plan_experiment(compose("config", overrides=overrides))
