@@ -19,6 +19,26 @@ LASSO = {"name": "lasso", "alpha": 0.05, "fit_intercept": True}
 SVM = {"name": "svm", "C": 0.1, "loss": "hinge", "fit_intercept": True, "intercept_scaling": 1.0}
 
 
+def test_no_dashboard_leaves_port_8787_alone():
+    """dashboard_address: null (the default) must not bind the scheduler's HTTP server to 8787."""
+    import socket
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with connect({"name": "local", "n_workers": 1, "processes": False, "timeout_s": 30}) as c:
+            assert c.cluster.scheduler.http_server.port != 8787
+    assert not [w for w in caught if "8787" in str(w.message)]
+    with socket.socket() as probe:  # still free (unless something else on this machine holds it)
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("", 8787))
+        except OSError:
+            pytest.skip("port 8787 is held by another process on this machine")
+
+
+# One LocalCluster for the module (start-up costs seconds); the killed-worker test runs
+# after the others that need both workers, and waits for the nanny's restart.
 @pytest.fixture(scope="module")
 def client():
     with connect({"name": "local", "n_workers": 2, "threads_per_worker": 1, "timeout_s": 60}) as c:
@@ -39,7 +59,7 @@ def cocoa_on(client, ds, model_cfg, callback=None, **kw):
 
 
 def test_cocoa_lasso_feature_parts_reach_sklearn(client, dataset):
-    res = cocoa_on(client, dataset, LASSO, local_epochs=5, tol=1e-8, max_epochs=3000)
+    res = cocoa_on(client, dataset, LASSO, local_epochs=5, tol=1e-7, max_epochs=3000)
     X, y = np.asarray(dataset.X), np.asarray(dataset.y)
     sk = Lasso(alpha=0.05, tol=1e-12, max_iter=100000).fit(X, y)
     target = 0.5 * np.mean((y - X @ sk.coef_ - sk.intercept_) ** 2) + 0.05 * np.abs(sk.coef_).sum()
@@ -48,8 +68,8 @@ def test_cocoa_lasso_feature_parts_reach_sklearn(client, dataset):
 
 
 def test_cocoa_svm_sample_parts_certified(client, dataset):
-    res = cocoa_on(client, dataset, SVM, local_epochs=5, tol=1e-4, max_epochs=2000)
-    assert res.converged and res.rel_gap <= 1e-4
+    res = cocoa_on(client, dataset, SVM, local_epochs=5, tol=1e-3, max_epochs=2000)  # ~80 rounds
+    assert res.converged and res.rel_gap <= 1e-3
 
 
 def test_killed_worker_round_reruns_and_the_run_completes(client, dataset):
@@ -62,7 +82,7 @@ def test_killed_worker_round_reruns_and_the_run_completes(client, dataset):
             pid = client.run(os.getpid, workers=[victim])[victim]
             os.kill(pid, signal.SIGKILL)
 
-    res = cocoa_on(client, dataset, LASSO, callback=kill_one, local_epochs=5, tol=1e-6, max_epochs=3000)
+    res = cocoa_on(client, dataset, LASSO, callback=kill_one, local_epochs=5, tol=1e-5, max_epochs=3000)
     assert killed and res.converged
     assert res.events and res.events[0]["round"] >= 3
     client.wait_for_workers(2, timeout=60)  # the nanny restarts the process
@@ -74,8 +94,8 @@ def test_diana_replicas_send_compressed_messages(client, dataset):
     y = np.where(np.asarray(dataset.y) > np.median(dataset.y), 1.0, -1.0)
     spec = make_spec("logistic", *X.shape, C=1.0)
     f_star, _ = reference_optimum(spec, X, y)
-    solver = Diana(n_workers=2, method="diana", compressor="natural", tol=1e-8, max_rounds=40, random_state=0)
+    solver = Diana(n_workers=2, method="diana", compressor="natural", tol=1e-8, max_rounds=15, random_state=0)
     res = diana_on_cluster(client, dataset.path, model, solver, spec, f_star=f_star, timeout_s=30)
     sub = res.trace.suboptimality.to_numpy()
-    assert res.n_rounds == 40 and sub[-1] < 0.5 * sub[0]  # convergence to 1e-8 is tested in-process
-    assert res.bits_sent == 9 * X.shape[1] * 2 * 40  # natural compression: 9 bits a coordinate
+    assert res.n_rounds == 15 and sub[-1] < 0.5 * sub[0]  # convergence to 1e-8 is tested in-process
+    assert res.bits_sent == 9 * X.shape[1] * 2 * 15  # natural compression: 9 bits a coordinate
