@@ -157,6 +157,8 @@ def run_experiment(cfg: DictConfig, output_dir: Path, run_name: str = "",
     if not console.is_terminal:  # logs and pipes: wide enough for the table
         console = Console(width=max(console.width, 120))
     show = progress.wanted(cfg.progress)
+    for noisy in ("distributed", "bokeh", "tornado"):  # Hydra's INFO logging would print every worker event
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     output_dir = Path(output_dir)
     tracker = open_tracker(cfg.tracking)
     tags = run_tags(cfg.device.name)
