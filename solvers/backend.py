@@ -240,17 +240,6 @@ def _passes(local_epochs, n_block, n_visit, most=16):
     return local_epochs * min(most, max(1, n_block // max(1, n_visit)))
 
 
-def _epochs(local_epochs, n_block, n_visit, busy_until, most_extra=16):
-    """Yield once per pass: the passes worth local_epochs epochs, then more while the
-    host is still busy (the device is never idle while the host refreshes gaps, as in
-    the DuHL paper), at most ``most_extra`` more."""
-    yield from range(_passes(local_epochs, n_block, n_visit))
-    for extra in range(most_extra):
-        if busy_until is None or busy_until.done():
-            return
-        yield extra
-
-
 class _Block:
     _cached = (None, None)
 
@@ -308,16 +297,15 @@ class DenseBlock(_Block):
             self._coords_dev = self.device.xp.asarray(self.slot_coord)
         return self._coords_dev
 
-    def run_round(self, state, rng, local_epochs, with_gaps=True, active=None, busy_until=None):
+    def run_round(self, state, rng, local_epochs, with_gaps=True, active=None):
         """local_epochs epochs on the block (only its ``active`` coordinates, when given),
-        more while ``busy_until`` (the host's job) is not done, then the gaps of all
-        of it: (updates, coords, gaps or None)."""
+        then the gaps of all of it: (updates, coords, gaps or None)."""
         p, dev = self.problem, self.device
         slots = np.flatnonzero(self.slot_coord >= 0)
         visit = slots if active is None else self._positions(active, self.slot_coord)
         st = dev.begin_round(state)
         updates = 0
-        for _ in _epochs(local_epochs, slots.shape[0], visit.shape[0], busy_until):
+        for _ in range(_passes(local_epochs, slots.shape[0], visit.shape[0])):
             updates += dev.epoch_dense(self.data, self._coords(), rng.permutation(visit), st, p)
         gaps = (dev.gaps_dense(self.data, slots, dev.xp.asarray(self.slot_coord[slots]), st, p)
                 if with_gaps else None)
@@ -383,14 +371,14 @@ class SparseBlock(_Block):
         self.coords = np.concatenate([self.coords[kept], incoming])
         return int(incoming.shape[0])
 
-    def run_round(self, state, rng, local_epochs, with_gaps=True, active=None, busy_until=None):
+    def run_round(self, state, rng, local_epochs, with_gaps=True, active=None):
         p, dev = self.problem, self.device
         st = dev.begin_round(state)
         coords = dev.xp.asarray(self.coords)
         visit = (np.arange(self.coords.shape[0]) if active is None
                  else self._positions(active, self.coords))
         updates = 0
-        for _ in _epochs(local_epochs, self.coords.shape[0], visit.shape[0], busy_until):
+        for _ in range(_passes(local_epochs, self.coords.shape[0], visit.shape[0])):
             updates += dev.epoch_sparse(self.buf, coords, rng.permutation(visit), st, p)
         gaps = (dev.gaps_sparse(self.buf, np.arange(self.coords.shape[0]), coords, st, p)
                 if with_gaps else None)

@@ -270,7 +270,7 @@ class DuHL:
                     status = self._stop(updates, n, t0)
                     continue
                 done, dev_coords, dev_gaps = block.run_round(state, rng, self.local_epochs,
-                                                             active=active, busy_until=job)
+                                                             active=active)
                 updates += done
                 host_gaps = job.result() if job is not None else None
 
