@@ -12,6 +12,8 @@ so that ``u = z - c off`` and
     <A_i, u> = <A_i, z> - c off m mu_i,     L_i = c ||A_i - mu_i||^2
 
 where ``mu_i`` is the mean of coordinate i's entries (zero without intercept).
+Sparse indices are read as unsigned: Numba then drops its negative-index
+wraparound from the gather and scatter loops (~15% on w8a).
 """
 
 from pathlib import Path
@@ -77,7 +79,7 @@ def scd_epoch_sparse(indptr, indices, data, coords, order, a, z, off, mu, sqnorm
         stop = indptr[j + 1]
         s = 0.0
         for k in range(start, stop):
-            s += data[k] * z[indices[k]]
+            s += data[k] * z[np.uint64(indices[k])]
         s -= c * off[0] * m * mu[i]
         ai = a[i]
         x = coord_update(model, ai, s, c * sqnorm[i], p0, p1, p2)
@@ -85,7 +87,7 @@ def scd_epoch_sparse(indptr, indices, data, coords, order, a, z, off, mu, sqnorm
         if d != 0.0:
             cd = c * d
             for k in range(start, stop):
-                z[indices[k]] += cd * data[k]
+                z[np.uint64(indices[k])] += cd * data[k]
             off[0] += d * mu[i]
             a[i] = x
     return order.shape[0]
@@ -117,7 +119,7 @@ def gaps_sparse(indptr, indices, data, rows, coords, a, z, off, mu, c, model, p0
         i = coords[j]
         s = 0.0
         for k in range(indptr[r], indptr[r + 1]):
-            s += data[k] * z[indices[k]]
+            s += data[k] * z[np.uint64(indices[k])]
         s -= shift * mu[i]
         out[j] = coord_gap(model, a[i], s, p0, p1, p2)
 
