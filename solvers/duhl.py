@@ -24,14 +24,12 @@ data resident the device gaps alone certify the end state.
 import re
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 from solvers.backend import DEVICES, make_block
 from solvers.selection import POLICIES, Policy
-from solvers.trace import Trace
+from solvers.trace import SolveResult, Trace
 
 _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
           "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
@@ -60,24 +58,7 @@ def parse_budget(memory_budget, total_bytes):
     return int(memory_budget * total_bytes)
 
 
-@dataclass
-class DuHLResult:
-    a: np.ndarray
-    v: np.ndarray
-    trace: pd.DataFrame
-    status: str          # "converged", "max_epochs" or "max_time"
-    primal: float
-    dual: float
-    gap: float
-    rel_gap: float
-    time_s: float
-    epochs: float
-    bytes_h2d: int
-    n_rounds: int
-
-    @property
-    def converged(self):
-        return self.status == "converged"
+DuHLResult = SolveResult  # the name callers know
 
 
 class _GapSchedule:

@@ -1,5 +1,9 @@
 """The per-round record every solver emits, in the project's metric vocabulary."""
 
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
 import pandas as pd
 
 COLUMNS = ("round", "time_s", "epoch", "primal", "dual", "gap", "rel_gap", "bytes_h2d", "swaps",
@@ -23,3 +27,25 @@ class Trace:
 
     def frame(self):
         return pd.DataFrame(self.rows, columns=list(COLUMNS))
+
+
+@dataclass
+class SolveResult:
+    """What every solver returns: the final point, its certificate and the trace."""
+
+    a: np.ndarray            # coefficients (regression) or dual variables (classification)
+    v: Optional[np.ndarray]  # A a (w for the classifiers), when the solver has it
+    trace: pd.DataFrame
+    status: str              # "converged", "max_epochs" or "max_time"
+    primal: float
+    dual: float
+    gap: float
+    rel_gap: float
+    time_s: float
+    epochs: float
+    n_rounds: int
+    bytes_h2d: int = 0
+
+    @property
+    def converged(self):
+        return self.status == "converged"

@@ -30,15 +30,12 @@ import importlib
 import statistics
 import time
 import warnings
-from dataclasses import dataclass
-from typing import Callable, Optional
 
 import numpy as np
-import pandas as pd
 import scipy.sparse as sp
 
 from solvers import models
-from solvers.trace import Trace
+from solvers.trace import SolveResult, Trace
 
 TOLS = tuple(10.0 ** -k for k in range(2, 13))           # 1e-2 .. 1e-12
 ITERS = tuple(2 ** k for k in range(0, 12))                # 1 .. 2048
@@ -48,24 +45,7 @@ class PeerUnsupported(Exception):
     """This peer cannot solve this problem on the same objective (the reason is the message)."""
 
 
-@dataclass
-class PeerResult:
-    a: np.ndarray            # the peer's coefficients (regression) or w (classification)
-    v: Optional[np.ndarray]
-    trace: pd.DataFrame
-    status: str              # "converged", "max_epochs" (schedule exhausted) or "max_time"
-    primal: float
-    dual: float
-    gap: float
-    rel_gap: float
-    time_s: float            # wall time of the fit that was returned
-    epochs: float
-    bytes_h2d: int
-    n_rounds: int
-
-    @property
-    def converged(self):
-        return self.status == "converged"
+PeerResult = SolveResult
 
 
 # ----------------------------------------------------------- evaluation ---

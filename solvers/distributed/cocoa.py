@@ -36,13 +36,14 @@ coordinate updates on the local subproblem).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
 
 from solvers.duhl import DuHL
 from solvers.kernels import cpu
+from solvers.trace import SolveResult
 
 AGGREGATIONS = ("adding", "averaging")
 
@@ -152,24 +153,9 @@ class InProcessParts:
 
 
 @dataclass
-class CocoaResult:
-    a: np.ndarray
-    v: np.ndarray
-    trace: pd.DataFrame
-    status: str
-    primal: float
-    dual: float
-    gap: float
-    rel_gap: float
-    time_s: float
-    epochs: float
-    n_rounds: int
-    bytes_dv: int
-    events: list
-
-    @property
-    def converged(self):
-        return self.status == "converged"
+class CocoaResult(SolveResult):
+    bytes_dv: int = 0       # bytes of delta-v sent to the driver, cumulative
+    events: list = field(default_factory=list)  # recoveries from lost workers
 
 
 class CoCoA:
