@@ -61,6 +61,15 @@ def parse_budget(memory_budget, total_bytes):
 DuHLResult = SolveResult  # the name callers know
 
 
+def _child(rng):
+    """An independent stream for the selection policy, taken without advancing
+    ``rng``: drawing a block ahead (prefetch) then changes no epoch's order."""
+    try:
+        return rng.spawn(1)[0]
+    except (TypeError, ValueError):  # a generator without a SeedSequence
+        return np.random.default_rng(rng.bit_generator.jumped().random_raw(1)[0])
+
+
 class _GapSchedule:
     """When to pay for a gap pass while all data is resident (no selection needs it).
 
@@ -125,11 +134,18 @@ class DuHL:
         With all data resident, epochs skip the coordinates whose gap was zero at
         the last gap pass (as liblinear's shrinking); every gap pass still covers
         all coordinates, so the certificate is unchanged.
+    prefetch : "auto" or float in [0, 1)
+        The share of ``memory_budget`` kept as staging memory: while the device
+        runs a round, the coordinates the policy will likely swap in next are
+        copied there, so their swap costs no copy (double buffering). It changes
+        no iterate, only where swapped-in data comes from; the block is the rest
+        of the budget. "auto": 0.2 on the GPU devices, 0 on the CPU (where a copy
+        cannot overlap compute). Ignored when the budget holds all data.
     """
 
     def __init__(self, memory_budget=None, selection="gap", local_epochs=1, tol=1e-6,
                  max_epochs=1000, max_time=None, device="cpu", random_state=None, callback=None,
-                 gap_every="auto", shrinking=True):
+                 gap_every="auto", shrinking=True, prefetch="auto"):
         self.memory_budget = memory_budget
         self.selection = selection
         self.local_epochs = local_epochs
@@ -141,6 +157,7 @@ class DuHL:
         self.callback = callback
         self.gap_every = gap_every
         self.shrinking = shrinking
+        self.prefetch = prefetch
         self._validate()
 
     def _validate(self):
@@ -160,6 +177,10 @@ class DuHL:
                 self.gap_every, (int, np.integer)) or self.gap_every < 1):
             raise ValueError("The 'gap_every' parameter of DuHL must be 'auto' or an int >= 1. "
                              f"Got {self.gap_every!r} instead.")
+        if self.prefetch != "auto" and (isinstance(self.prefetch, bool) or not isinstance(
+                self.prefetch, (int, float, np.integer, np.floating)) or not 0 <= self.prefetch < 1):
+            raise ValueError("The 'prefetch' parameter of DuHL must be 'auto' or a float in [0, 1). "
+                             f"Got {self.prefetch!r} instead.")
         parse_budget(self.memory_budget, 1)  # the form; the size against the data in solve()
         if self.selection not in POLICIES:
             raise ValueError(f"The 'selection' parameter must be one of {POLICIES}. "
@@ -167,6 +188,11 @@ class DuHL:
         if self.device not in DEVICES:
             raise ValueError(f"The 'device' parameter must be one of {DEVICES}. "
                              f"Got {self.device!r} instead.")
+
+    def _prefetch_share(self):
+        if self.prefetch == "auto":
+            return 0.2 if self.device in ("cuda", "cuda_sim") else 0.0
+        return float(self.prefetch)
 
     def _budget_bytes(self, problem):
         coord_bytes = problem.coord_bytes
@@ -182,6 +208,11 @@ class DuHL:
         if budget < largest:
             raise ValueError(f"The 'memory_budget' parameter of DuHL ({self.memory_budget!r} = "
                              f"{budget} bytes) is below one coordinate's data ({largest} bytes).")
+        share = self._prefetch_share()
+        if budget < total and budget - int(share * budget) < largest:
+            raise ValueError(f"The 'prefetch' parameter of DuHL ({self.prefetch!r}) leaves "
+                             f"{budget - int(share * budget)} bytes of the {budget}-byte memory_budget "
+                             f"for the block, below one coordinate's data ({largest} bytes).")
         return budget
 
     def _stop(self, updates, n, t0):
@@ -207,14 +238,16 @@ class DuHL:
         else:
             z, off = problem.state_from(a)
         state = (a, z, off)
-        block = make_block(problem, budget, self.device)
-        policy = Policy(self.selection, problem.coord_bytes, block.capacity_bytes, problem.sqnorm, rng)
+        block = make_block(problem, budget, self.device, prefetch=self._prefetch_share())
+        policy = Policy(self.selection, problem.coord_bytes, block.capacity_bytes, problem.sqnorm,
+                        _child(rng))
 
         def record(rnd, st, gap, updates, swaps):
             primal, dual, _ = problem.objectives(*st, gap=gap)
             trace.record(round=rnd, time_s=time.perf_counter() - t0, epoch=updates / n,
                          primal=primal, dual=dual, gap=gap, rel_gap=gap / problem.P0 if problem.P0 > 0 else 0.0,
-                         bytes_h2d=block.bytes_h2d, swaps=swaps, n_resident=len(block.resident()))
+                         bytes_h2d=block.bytes_h2d, swaps=swaps, n_resident=len(block.resident()),
+                         prefetch_hits=block.prefetch_hits, bytes_prefetched=block.bytes_prefetched)
 
         # gaps at the start state, all known: the first selection and round 0's row
         gap_memory = problem.coordinate_gaps(a, z, off)
@@ -250,8 +283,11 @@ class DuHL:
                     certified = False
                     status = self._stop(updates, n, t0)
                     continue
+                # what the next swap will likely bring in travels while the device computes
+                upcoming = (policy.peek(gap_memory, resident, block.staging_bytes)
+                            if block.staging_bytes and not whole else None)
                 done, dev_coords, dev_gaps = block.run_round(state, rng, self.local_epochs,
-                                                             active=active)
+                                                             active=active, prefetch=upcoming)
                 updates += done
                 host_gaps = job.result() if job is not None else None
 
@@ -294,4 +330,5 @@ class DuHL:
         v = z / problem.c + problem.b
         return DuHLResult(a=a, v=v, trace=frame, status=status, primal=primal, dual=dual, gap=gap,
                           rel_gap=gap / problem.P0 if problem.P0 > 0 else 0.0, time_s=elapsed,
-                          epochs=updates / n, bytes_h2d=block.bytes_h2d, n_rounds=rnd)
+                          epochs=updates / n, bytes_h2d=block.bytes_h2d, n_rounds=rnd,
+                          prefetch_hits=block.prefetch_hits, bytes_prefetched=block.bytes_prefetched)

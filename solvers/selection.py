@@ -32,22 +32,43 @@ class Policy:
         self.sqnorm = sqnorm
         self.rng = rng
         self.cursor = 0
+        self._next = None  # the next block, when peek drew it ahead (random, importance)
 
-    def select(self, gap_memory, resident_mask):
+    def _order(self, gap_memory, resident_mask):
+        """Every coordinate, in the policy's priority order for the next block."""
         n = self.coord_bytes.shape[0]
         if self.name == "gap":
             # primary key: -gap (largest first); secondary: resident first
-            order = np.lexsort((~resident_mask, -gap_memory))
-        elif self.name == "sequential":
-            order = np.roll(np.arange(n), -self.cursor)
-        elif self.name == "random":
-            order = self.rng.permutation(n)
-        else:
-            # Efraimidis-Spirakis: keys log(U)/w give weighted sampling without replacement
-            with np.errstate(divide="ignore", invalid="ignore"):
-                keys = np.log(self.rng.random(n)) / self.sqnorm
-            order = np.argsort(-keys, kind="stable")
-        chosen = _fill(order, self.coord_bytes, self.budget)
+            return np.lexsort((~resident_mask, -gap_memory))
         if self.name == "sequential":
-            self.cursor = (self.cursor + chosen.shape[0]) % n
+            return np.roll(np.arange(n), -self.cursor)
+        if self.name == "random":
+            return self.rng.permutation(n)
+        # Efraimidis-Spirakis: keys log(U)/w give weighted sampling without replacement
+        with np.errstate(divide="ignore", invalid="ignore"):
+            keys = np.log(self.rng.random(n)) / self.sqnorm
+        return np.argsort(-keys, kind="stable")
+
+    def select(self, gap_memory, resident_mask):
+        if self._next is not None:  # drawn ahead by peek
+            chosen, self._next = self._next, None
+        else:
+            chosen = _fill(self._order(gap_memory, resident_mask), self.coord_bytes, self.budget)
+        if self.name == "sequential":
+            self.cursor = (self.cursor + chosen.shape[0]) % self.coord_bytes.shape[0]
         return chosen
+
+    def peek(self, gap_memory, resident_mask, budget):
+        """Coordinates not resident now that the next select will likely bring in,
+        filling ``budget`` bytes (what to prefetch). Exact for sequential, random
+        and importance (their next block is drawn here and used by select); for
+        gap, the largest gap memories now (select will see fresher gaps)."""
+        if self.name == "gap":
+            outside = np.flatnonzero(~resident_mask)
+            order = outside[np.argsort(-gap_memory[outside], kind="stable")]
+        else:
+            upcoming = _fill(self._order(gap_memory, resident_mask), self.coord_bytes, self.budget)
+            if self.name != "sequential":
+                self._next = upcoming
+            order = upcoming[~resident_mask[upcoming]]
+        return _fill(order, self.coord_bytes, budget)

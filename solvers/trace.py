@@ -26,7 +26,9 @@ class Trace:
             self.callback(dict(row))
 
     def frame(self):
-        return pd.DataFrame(self.rows, columns=list(COLUMNS))
+        """The rows as a table: COLUMNS, then any extra columns a solver records."""
+        extra = [k for k in (self.rows[0] if self.rows else {}) if k not in COLUMNS]
+        return pd.DataFrame(self.rows, columns=list(COLUMNS) + extra)
 
 
 @dataclass
@@ -45,6 +47,8 @@ class SolveResult:
     epochs: float
     n_rounds: int
     bytes_h2d: int = 0
+    prefetch_hits: int = 0     # swapped-in coordinates already on the device (DuHL's prefetch)
+    bytes_prefetched: int = 0  # bytes copied ahead of their swap (part of bytes_h2d)
 
     @property
     def converged(self):

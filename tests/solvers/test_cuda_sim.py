@@ -139,3 +139,19 @@ def test_budget_above_free_gpu_memory_is_cut_with_a_warning(cuda_kernels, monkey
         block = backend.make_block(p, None, device="cuda_sim")
     assert block.capacity_bytes <= 0.9 * free
     assert block.data.shape[0] == 3
+
+
+@pytest.mark.parametrize("selection", ["sequential", "gap"])
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
+def test_prefetch_on_cuda_sim_changes_no_iterate(cuda_kernels, sparse, selection):
+    """The staging path (prefetch copies, then swaps served from staging rows) takes
+    the same steps as plain swaps: thread blocks run one at a time in the simulator."""
+    p = _tiny("lasso", sparse)
+    budget = int(0.6 * p.coord_bytes.sum())
+    share = 1 / 3
+    kw = dict(selection=selection, tol=0.0, max_epochs=3, random_state=2, device="cuda_sim")
+    staged = DuHL(memory_budget=f"{budget}B", prefetch=share, **kw).solve(p)
+    plain = DuHL(memory_budget=f"{budget - int(share * budget)}B", prefetch=0.0, **kw).solve(p)
+    np.testing.assert_array_equal(staged.a, plain.a)
+    assert staged.n_rounds == plain.n_rounds > 2
+    assert staged.prefetch_hits > 0 and plain.prefetch_hits == 0

@@ -43,8 +43,8 @@ class Spy:
         self.blocks = []
         real = duhl_module.make_block
 
-        def make_block(problem, budget, device="cpu"):
-            block = real(problem, budget, device)
+        def make_block(problem, budget, device="cpu", **kw):
+            block = real(problem, budget, device, **kw)
             original = block.assign
 
             def assign(coords):
@@ -156,6 +156,58 @@ def test_resident_data_respects_the_budget(case_factory, model, sparse, selectio
             assert (h.n_resident.iloc[1:] == budget // cb[0]).all()
 
 
+# --------------------------------------------------------------------- prefetch
+
+@SPARSE
+@pytest.mark.parametrize("selection", ["gap", "random", "sequential", "importance"])
+@pytest.mark.parametrize("model", ["lasso", "hinge"])
+def test_prefetch_changes_no_iterate(case_factory, model, sparse, selection):
+    """Staging copies only move where swapped-in data comes from: with the same block,
+    DuHL with prefetch takes exactly the steps DuHL without it takes."""
+    case = case_factory(model, sparse, np.float64)
+    budget = int(0.4 * coordinate_bytes(model, case.X).sum())
+    share = 0.3
+    block = budget - int(share * budget)  # the block is what staging leaves of the budget
+    kw = dict(selection=selection, tol=1e-9, max_epochs=2000, random_state=4)
+    with_prefetch = _solve(case, memory_budget=f"{budget}B", prefetch=share, **kw)
+    without = _solve(case, memory_budget=f"{block}B", prefetch=0.0, **kw)
+    assert with_prefetch.converged and without.converged
+    assert with_prefetch.n_rounds == without.n_rounds
+    np.testing.assert_array_equal(with_prefetch.a, without.a)
+    pd.testing.assert_series_equal(with_prefetch.trace.swaps, without.trace.swaps)
+    assert without.prefetch_hits == 0 and without.bytes_prefetched == 0
+    assert with_prefetch.prefetch_hits > 0
+    assert 0 < with_prefetch.bytes_prefetched <= with_prefetch.bytes_h2d
+
+
+@SPARSE
+def test_sequential_prefetch_stages_every_next_block(case_factory, sparse):
+    """Sequential streaming knows its next block: with staging as large as the block,
+    every coordinate swapped in after the first round was already on the device."""
+    case = case_factory("lasso", sparse, np.float64)
+    cb = coordinate_bytes("lasso", case.X)
+    block = int(0.2 * cb.sum()) if not sparse else int(cb.max() * 3)
+    res = _solve(case, memory_budget=f"{2 * block}B", prefetch=0.5, selection="sequential",
+                 tol=1e-7, max_epochs=3000, random_state=0)
+    assert res.converged
+    swapped_in = res.trace.swaps.iloc[-1]
+    if not sparse:  # equal coordinates: all but the first block (nothing staged yet) were hits
+        assert res.prefetch_hits == swapped_in - res.trace.n_resident.iloc[1]
+    else:  # a staged block may hold fewer coordinates than the next block
+        assert 0.9 * swapped_in <= res.prefetch_hits < swapped_in
+
+
+def test_prefetch_is_validated(case_factory):
+    for bad in (-0.1, 1.0, "half", True, None):
+        with pytest.raises(ValueError, match=r"The 'prefetch' parameter of DuHL must be 'auto' or "
+                                             r"a float in \[0, 1\). Got"):
+            DuHL(prefetch=bad)
+    case = case_factory("lasso", False, np.float64)
+    one = int(coordinate_bytes("lasso", case.X)[0])
+    with pytest.raises(ValueError, match=r"The 'prefetch' parameter of DuHL \(0.9\) leaves"):
+        _solve(case, memory_budget=f"{2 * one}B", prefetch=0.9)
+
+
 # ------------------------------------------------------------------------ trace
 
 @SPARSE
@@ -170,15 +222,16 @@ def test_history_columns_and_monotone_counters(case_factory, estimator_factory, 
     h = est.history_
     assert isinstance(h, pd.DataFrame)
     assert list(h.columns[:len(COLUMNS)]) == COLUMNS
-    # classifiers add the one-vs-rest problem's index (all 0 when binary)
+    # DuHL adds its prefetch counters; classifiers the one-vs-rest problem's index (0 when binary)
     extra = list(h.columns[len(COLUMNS):])
-    assert extra == ([] if model in go.REGRESSION else ["class"])
-    if extra:
+    assert extra == ["prefetch_hits", "bytes_prefetched"] + ([] if model in go.REGRESSION else ["class"])
+    assert (h.prefetch_hits == 0).all() and (h.bytes_prefetched == 0).all()  # "auto": none on the CPU
+    if model not in go.REGRESSION:
         assert (h["class"] == 0).all()
     assert len(h) >= 2
     assert h["round"].iloc[0] == 0 and h["round"].is_monotonic_increasing
     assert h["round"].is_unique
-    for col in ("time_s", "epoch", "bytes_h2d", "swaps"):
+    for col in ("time_s", "epoch", "bytes_h2d", "swaps", "prefetch_hits", "bytes_prefetched"):
         assert h[col].is_monotonic_increasing, col
     assert (h.time_s >= 0).all() and h.epoch.iloc[0] == 0 and h.bytes_h2d.iloc[0] == 0
     # every row is a certificate: gap = primal - dual >= 0 and rel_gap = gap / P(0)
