@@ -6,7 +6,8 @@ Prints, in one run:
 2. host->device GB/s achieved by DuHL's swaps against a plain pinned copy
    measured here;
 3. DuHL (gap) vs sequential vs random: time to rel_gap 1e-6 on a Lasso whose
-   data is 4x the device budget (memory_budget=0.25).
+   data is 4x the device budget (memory_budget=0.25), and gap without prefetch
+   (swaps copied on demand, not staged while the device computes).
 Medians of repeated runs; compilation happens in a warm-up, reported apart.
 """
 
@@ -62,11 +63,14 @@ def epoch_rows(cp, d2d, n, d):
         block = make_block(p, None, device="cuda")
         block.assign(np.arange(p.n_coords))
         dev = block.device
-        st = dev.begin_round((np.zeros(p.n_coords), -p.c * p.b, np.zeros(1)))
-        coords = dev.xp.asarray(block.slot_coord)
         order = np.random.default_rng(0).permutation(p.n_coords)
-        epoch = _timed(lambda: dev.epoch_dense(block.data, coords, order, st, p),
-                       dev.compute_stream.synchronize)
+        with dev.context():  # the block's work runs on its compute stream
+            st = dev.begin_round((np.zeros(p.n_coords), -p.c * p.b, np.zeros(1)))
+            coords = dev.xp.asarray(block.row_coord)
+            epoch = _timed(lambda: dev.epoch_dense(block.data, coords, order, st, p),
+                           dev.compute_stream.synchronize)
+            gaps = dev.gaps_dense(block.data, np.arange(p.n_coords), coords, st, p)  # compiles them
+            dev.to_host(gaps)
         floor = block.data.nbytes / (d2d * 1e9)
         rows.append(dict(model=name, coords=p.n_coords, block_gb=block.data.nbytes / 1e9,
                          epoch_ms=1e3 * epoch, hbm_floor_ms=1e3 * floor, vs_floor=epoch / floor))
@@ -94,13 +98,17 @@ def duhl_rows(n, d, k, repeats):
     X, y, alpha = lasso_problem(n, d, k, 0.05)
     p = make_problem("lasso", X, y, alpha=alpha)
     rows = []
-    for arm, selection in (("gap", "gap"), ("sequential", "sequential"), ("random", "random")):
+    arms = (("gap", "gap", "auto"), ("gap, no prefetch", "gap", 0.0),
+            ("sequential", "sequential", "auto"), ("random", "random", "auto"))
+    for arm, selection, prefetch in arms:
         results = [DuHL(memory_budget=0.25, selection=selection, tol=1e-6, max_time=300,
-                        random_state=s, device="cuda").solve(p) for s in range(repeats)]
+                        random_state=s, device="cuda", prefetch=prefetch).solve(p)
+                   for s in range(repeats)]
         rows.append(dict(arm=arm, status=results[0].status,
                          time_s=statistics.median(r.time_s for r in results),
                          epochs=statistics.median(r.epochs for r in results),
-                         gb_h2d=statistics.median(r.bytes_h2d for r in results) / 1e9))
+                         gb_h2d=statistics.median(r.bytes_h2d for r in results) / 1e9,
+                         prefetch_hits=statistics.median(r.prefetch_hits for r in results)))
     for r in rows:
         r["time_vs_gap"] = r["time_s"] / rows[0]["time_s"]
     return rows

@@ -110,6 +110,10 @@ class DeviceConfig:
     # A fraction of the data's bytes in (0, 1], a size like "512MB", or null
     # (all data on the device). Any: OmegaConf has no float-or-str type.
     memory_budget: Any = 0.25
+    # The share of memory_budget kept as staging memory for coordinates copied ahead
+    # of their swap (DuHL's prefetch): "auto" (0.2 on the GPU devices, 0 on the CPU)
+    # or a float in [0, 1).
+    prefetch: Any = "auto"
 
 
 @dataclass

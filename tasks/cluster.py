@@ -168,9 +168,11 @@ def _start_local_cuda(c: LocalCudaClusterConfig):
         from dask_cuda import LocalCUDACluster
     except ImportError as error:
         raise RuntimeError("cluster=local_cuda needs dask-cuda and a GPU: pip install -e .[gpu]") from error
+    # with an RMM pool, CuPy allocates from it too (else it keeps a second pool beside it)
+    allocator = {"rmm_allocator_external_lib_list": "cupy"} if c.rmm_pool_size else {}
     return LocalCUDACluster(CUDA_VISIBLE_DEVICES=c.CUDA_VISIBLE_DEVICES,
                             device_memory_limit=c.device_memory_limit, rmm_pool_size=c.rmm_pool_size,
-                            threads_per_worker=c.threads_per_worker,
+                            threads_per_worker=c.threads_per_worker, **allocator,
                             **_dashboard_kwargs(c.dashboard_address))
 
 
