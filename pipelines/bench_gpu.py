@@ -2,7 +2,8 @@
 
 Prints, in one run:
 1. per model, the TPA-SCD epoch time on a fully resident block against the
-   HBM floor: block bytes / device-to-device copy bandwidth measured here;
+   HBM floor: block bytes / device-to-device copy bandwidth measured here,
+   and the block's gap pass by each gap_kernel (tpa, blas);
 2. host->device GB/s achieved by DuHL's swaps against a plain pinned copy
    measured here;
 3. DuHL (gap) vs sequential vs random: time to rel_gap 1e-6 on a Lasso whose
@@ -24,7 +25,11 @@ from solvers.duhl import DuHL
 from solvers.problems import make_problem
 
 
-def _timed(fn, sync, repeats=5):
+REPEATS = 5  # timed calls per measurement (after one untimed)
+
+
+def _timed(fn, sync, repeats=None):
+    repeats = repeats or REPEATS
     fn()
     sync()
     times = []
@@ -36,52 +41,63 @@ def _timed(fn, sync, repeats=5):
     return statistics.median(times)
 
 
-def copy_bandwidths(cp, nbytes=1 << 28):
+def copy_bandwidths(xp, simulate, nbytes=1 << 28):
     """(device-to-device, pinned host-to-device) GB/s, each counting the bytes moved once."""
-    src = cp.ones(nbytes // 8)
-    dst = cp.empty_like(src)
-    sync = cp.cuda.Device().synchronize
+    src = xp.ones(nbytes // 8)
+    dst = xp.empty_like(src)
+    if simulate:  # NumPy copies: only the code path is real
+        sync = lambda: None  # noqa: E731
+        host = np.ones(nbytes // 8)
+        h2d_copy = lambda: dst.__setitem__(Ellipsis, host)  # noqa: E731
+    else:
+        sync = xp.cuda.Device().synchronize
+        pinned = xp.cuda.alloc_pinned_memory(nbytes)
+        host = np.frombuffer(pinned, np.float64, nbytes // 8)
+        h2d_copy = lambda: dst.set(host)  # noqa: E731
     d2d = nbytes / _timed(lambda: dst.__setitem__(Ellipsis, src), sync) / 1e9
-    pinned = cp.cuda.alloc_pinned_memory(nbytes)
-    host = np.frombuffer(pinned, np.float64, nbytes // 8)
-    h2d = nbytes / _timed(lambda: dst.set(host), sync) / 1e9
+    h2d = nbytes / _timed(h2d_copy, sync) / 1e9
     return d2d, h2d
 
 
-def epoch_rows(cp, d2d, n, d):
+def epoch_rows(device, d2d, n, d):
     rng = np.random.default_rng(0)
     X = rng.standard_normal((n, d))
-    y_reg = X[:, :20] @ rng.standard_normal(20) + rng.standard_normal(n)
+    k = min(20, d)
+    y_reg = X[:, :k] @ rng.standard_normal(k) + rng.standard_normal(n)
     y_cls = np.sign(y_reg - np.median(y_reg))
     problems = {"lasso": make_problem("lasso", X, y_reg, alpha=0.01),
                 "elastic_net": make_problem("elastic_net", X, y_reg, alpha=0.01),
                 "ridge": make_problem("ridge", X, y_reg, alpha=1.0),
                 "svm": make_problem("svm", X, y_cls, C=0.01),
                 "logistic": make_problem("logistic", X, y_cls, C=0.01)}
-    rows = []
+    out = []
     for name, p in problems.items():
-        block = make_block(p, None, device="cuda")
+        block = make_block(p, None, device=device)
         block.assign(np.arange(p.n_coords))
         dev = block.device
         order = np.random.default_rng(0).permutation(p.n_coords)
         with dev.context():  # the block's work runs on its compute stream
             st = dev.begin_round((np.zeros(p.n_coords), -p.c * p.b, np.zeros(1)))
             coords = dev.xp.asarray(block.row_coord)
-            epoch = _timed(lambda: dev.epoch_dense(block.data, coords, order, st, p),
-                           dev.compute_stream.synchronize)
-            gaps = dev.gaps_dense(block.data, np.arange(p.n_coords), coords, st, p)  # compiles them
-            dev.to_host(gaps)
+            epoch = _timed(lambda: dev.epoch_dense(block.data, coords, order, st, p), dev.synchronize)
+            rows = np.arange(p.n_coords)
+            gap_ms = {}
+            for kind in ("tpa", "blas"):  # the block's gaps: a thread block each, or cuBLAS
+                dev.gap_kernel = kind
+                gap_ms[kind] = 1e3 * _timed(lambda: dev.gaps_dense(block.data, rows, coords, st, p),
+                                            dev.synchronize)
         floor = block.data.nbytes / (d2d * 1e9)
-        rows.append(dict(model=name, coords=p.n_coords, block_gb=block.data.nbytes / 1e9,
-                         epoch_ms=1e3 * epoch, hbm_floor_ms=1e3 * floor, vs_floor=epoch / floor))
-    return rows
+        out.append(dict(model=name, coords=p.n_coords, block_gb=block.data.nbytes / 1e9,
+                        epoch_ms=1e3 * epoch, hbm_floor_ms=1e3 * floor, vs_floor=epoch / floor,
+                        gaps_tpa_ms=gap_ms["tpa"], gaps_blas_ms=gap_ms["blas"]))
+    return out
 
 
-def swap_rate(n, d):
+def swap_rate(device, n, d):
     """GB/s of DuHL's swaps: a full block of new coordinates, host->device."""
-    X, y, alpha = lasso_problem(n, d, 20, 0.1)
+    X, y, alpha = lasso_problem(n, d, min(20, d), 0.1)
     p = make_problem("lasso", X, y, alpha=alpha)
-    block = make_block(p, int(0.25 * p.coord_bytes.sum()), device="cuda")
+    block = make_block(p, int(0.25 * p.coord_bytes.sum()), device=device)
     k = block.data.shape[0]
     halves = [np.arange(k), np.arange(k, 2 * k)]
     times = []
@@ -89,20 +105,20 @@ def swap_rate(n, d):
         before = block.bytes_h2d
         t0 = time.perf_counter()
         block.assign(halves[i % 2])
-        block.device.compute_stream.synchronize()
+        block.device.synchronize()
         times.append((block.bytes_h2d - before) / (time.perf_counter() - t0) / 1e9)
     return statistics.median(times[1:])
 
 
-def duhl_rows(n, d, k, repeats):
+def duhl_rows(device, n, d, k, repeats, max_time=300):
     X, y, alpha = lasso_problem(n, d, k, 0.05)
     p = make_problem("lasso", X, y, alpha=alpha)
     rows = []
     arms = (("gap", "gap", "auto"), ("gap, no prefetch", "gap", 0.0),
             ("sequential", "sequential", "auto"), ("random", "random", "auto"))
     for arm, selection, prefetch in arms:
-        results = [DuHL(memory_budget=0.25, selection=selection, tol=1e-6, max_time=300,
-                        random_state=s, device="cuda", prefetch=prefetch).solve(p)
+        results = [DuHL(memory_budget=0.25, selection=selection, tol=1e-6, max_time=max_time,
+                        random_state=s, device=device, prefetch=prefetch).solve(p)
                    for s in range(repeats)]
         rows.append(dict(arm=arm, status=results[0].status,
                          time_s=statistics.median(r.time_s for r in results),
@@ -118,27 +134,41 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description="GPU benchmark")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--device", choices=("cuda", "cuda_sim"), default="cuda",
+                        help="cuda_sim: a smoke test of this script on tiny sizes under Numba's "
+                             "CUDA simulator (its numbers mean nothing)")
     args = parser.parse_args(argv)
+    simulate = args.device == "cuda_sim"
     try:
-        check_device("cuda")
+        check_device(args.device)
     except NoCudaDevice as err:
         print(err, file=sys.stderr)
         raise SystemExit(2) from None
-    import cupy as cp
+    if simulate:
+        global REPEATS
+        REPEATS = 1
+        xp, name = np, "none (Numba's CUDA simulator)"
+        sizes = dict(warm=None, epoch=(6, 4), duhl=(16, 24, 3))
+        print("cuda_sim: a smoke test of the benchmark's code path; the numbers mean nothing")
+    else:
+        import cupy as xp
 
+        name = xp.cuda.runtime.getDeviceProperties(0)["name"].decode()
+        sizes = dict(warm=(64, 32), epoch=(20000, 1000) if args.quick else (100000, 2000),
+                     duhl=(5000, 20000, 100) if args.quick else (20000, 50000, 200))
     t0 = time.perf_counter()
-    warm = epoch_rows(cp, 1.0, 64, 32)  # compiles every kernel signature used below
-    print(f"warm-up (kernel compilation): {time.perf_counter() - t0:.1f} s, excluded; "
-          f"GPU: {cp.cuda.runtime.getDeviceProperties(0)['name'].decode()}")
-    del warm
-    d2d, h2d = copy_bandwidths(cp)
+    if sizes["warm"]:  # the simulator compiles nothing
+        epoch_rows(args.device, 1.0, *sizes["warm"])  # compiles every kernel signature used below
+    print(f"warm-up (kernel compilation): {time.perf_counter() - t0:.1f} s, excluded; GPU: {name}")
+    d2d, h2d = copy_bandwidths(xp, simulate, nbytes=1 << (16 if simulate else 28))
     print(f"device-to-device copy: {d2d:.0f} GB/s; pinned host-to-device copy: {h2d:.1f} GB/s")
-    n, d = (20000, 1000) if args.quick else (100000, 2000)
-    print_table(epoch_rows(cp, d2d, n, d), f"TPA-SCD epoch, {n} x {d} float64, all resident")
-    rate = swap_rate(n, d)
+    n, d = sizes["epoch"]
+    print_table(epoch_rows(args.device, d2d, n, d), f"TPA-SCD epoch, {n} x {d} float64, all resident")
+    rate = swap_rate(args.device, n, d)
     print(f"\nDuHL swaps host->device: {rate:.1f} GB/s = {rate / h2d:.0%} of the pinned copy")
-    n, d, k = (5000, 20000, 100) if args.quick else (20000, 50000, 200)
-    print_table(duhl_rows(n, d, k, args.repeats),
+    n, d, k = sizes["duhl"]
+    print_table(duhl_rows(args.device, n, d, k, 1 if simulate else args.repeats,
+                          max_time=0.5 if simulate else 300),
                 f"Lasso {n} x {d} (data 4x the budget): time to rel_gap 1e-6")
 
 

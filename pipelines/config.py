@@ -114,6 +114,9 @@ class DeviceConfig:
     # of their swap (DuHL's prefetch): "auto" (0.2 on the GPU devices, 0 on the CPU)
     # or a float in [0, 1).
     prefetch: Any = "auto"
+    # How a GPU device computes its block's gaps: "tpa" (a thread block per coordinate)
+    # or "blas" (one cuBLAS matrix-vector product; dense data).
+    gap_kernel: str = "tpa"
 
 
 @dataclass

@@ -32,6 +32,7 @@ import scipy.sparse as sp
 from solvers.kernels import cpu
 
 DEVICES = ("cpu", "cuda", "cuda_sim")
+GAP_KERNELS = ("tpa", "blas")
 
 
 class NoCudaDevice(RuntimeError):
@@ -74,6 +75,9 @@ class CPUDevice:
     def settle(self):
         """Make later compute wait for the prefetched copies (CUDA)."""
 
+    def synchronize(self):
+        """Wait (host) until the block's queued work is done (CUDA)."""
+
     def begin_round(self, state):
         return state  # shared memory: the kernels update the host's arrays
 
@@ -114,9 +118,10 @@ class CUDADevice(CPUDevice):
     held until their copy's event has completed.
     """
 
-    def __init__(self, problem, simulate):
+    def __init__(self, problem, simulate, gap_kernel="tpa"):
         super().__init__()
         self.simulate = simulate
+        self.gap_kernel = gap_kernel
         self.name = "cuda_sim" if simulate else "cuda"
         self._held = []          # (event, pinned buffers) of copies that may be in flight
         self._prefetched = None  # event of the last prefetch copy, not yet waited for
@@ -209,6 +214,10 @@ class CUDADevice(CPUDevice):
         else:
             super().gather(dst, start, src, self._put(positions))
 
+    def synchronize(self):
+        if not self.simulate:
+            self.compute_stream.synchronize()
+
     def settle(self):
         if self._prefetched is not None:
             self.compute_stream.wait_event(self._prefetched)
@@ -240,6 +249,15 @@ class CUDADevice(CPUDevice):
 
     def gaps_dense(self, data, rows, coords, st, p):
         out = self.xp.empty(rows.shape[0])
+        if self.gap_kernel == "blas":
+            # one matrix-vector product over the block's rows (cuBLAS gemv; staging rows
+            # ride along), in the data's precision, then one thread per coordinate
+            a, z, off = st
+            dots = data @ z.astype(data.dtype, copy=False)
+            blocks = -(-rows.shape[0] // self.k.TPB)
+            self._launch(self.k.gaps_from_dots, blocks, dots, self._put(rows), coords, a, off,
+                         self.mu, p.c, z.shape[0], p.model, *p.params, out)
+            return out
         self._launch(self.k.gaps_dense, rows.shape[0], data, self._put(rows), coords, *st,
                      self.mu, p.c, p.model, *p.params, out)
         return out
@@ -592,19 +610,35 @@ class SparseBlock(_Block):
                                                self.problem)
 
 
-def make_device(problem, device):
+def check_gap_kernel(gap_kernel, device, sparse=False):
+    """ValueError unless ``gap_kernel`` applies: "blas" is a dense product on a GPU device."""
+    if gap_kernel not in GAP_KERNELS:
+        raise ValueError(f"The 'gap_kernel' parameter must be one of {GAP_KERNELS}. "
+                         f"Got {gap_kernel!r} instead.")
+    if gap_kernel == "blas" and device == "cpu":
+        raise ValueError("The 'gap_kernel' parameter 'blas' runs on device='cuda' or 'cuda_sim' "
+                         "(the CPU computes gaps with its own kernels). Got device='cpu'.")
+    if gap_kernel == "blas" and sparse:
+        raise ValueError("The 'gap_kernel' parameter 'blas' needs dense data (a cuBLAS "
+                         "matrix-vector product); use gap_kernel='tpa' for sparse data.")
+
+
+def make_device(problem, device, gap_kernel="tpa"):
     if device not in DEVICES:
         raise ValueError(f"The 'device' parameter must be one of {DEVICES}. Got {device!r} instead.")
+    check_gap_kernel(gap_kernel, device, sp.issparse(problem.A))
     if device == "cpu":
         return CPUDevice()
-    return CUDADevice(problem, simulate=device == "cuda_sim")
+    return CUDADevice(problem, simulate=device == "cuda_sim", gap_kernel=gap_kernel)
 
 
-def make_block(problem, budget_bytes, device="cpu", prefetch=0.0):
+def make_block(problem, budget_bytes, device="cpu", prefetch=0.0, gap_kernel="tpa"):
     """The device block of a problem for a budget in bytes (None: all data), of
     which a ``prefetch`` share is staging memory for coordinates copied ahead of
-    their swap (none when the budget holds all data)."""
-    dev = make_device(problem, device)
+    their swap (none when the budget holds all data); ``gap_kernel`` computes the
+    block's gaps on a GPU device ("tpa": a thread block per coordinate; "blas":
+    one cuBLAS matrix-vector product, then a thread per coordinate)."""
+    dev = make_device(problem, device, gap_kernel)
     total = int(problem.coord_bytes.sum())
     budget = total if budget_bytes is None else min(int(budget_bytes), total)
     free = free_device_bytes(device)

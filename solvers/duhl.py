@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from solvers.backend import DEVICES, make_block
+from solvers.backend import DEVICES, check_gap_kernel, make_block
 from solvers.selection import POLICIES, Policy
 from solvers.trace import SolveResult, Trace
 
@@ -141,11 +141,17 @@ class DuHL:
         no iterate, only where swapped-in data comes from; the block is the rest
         of the budget. "auto": 0.2 on the GPU devices, 0 on the CPU (where a copy
         cannot overlap compute). Ignored when the budget holds all data.
+    gap_kernel : {"tpa", "blas"}
+        How a GPU device computes its block's gaps: "tpa", a thread block per
+        coordinate reducing <A_i, z> in float64; "blas", one cuBLAS
+        matrix-vector product in the data's precision, then a thread per
+        coordinate (dense data, device "cuda" or "cuda_sim"). The host computes
+        the other coordinates' gaps on the CPU either way, as in the paper.
     """
 
     def __init__(self, memory_budget=None, selection="gap", local_epochs=1, tol=1e-6,
                  max_epochs=1000, max_time=None, device="cpu", random_state=None, callback=None,
-                 gap_every="auto", shrinking=True, prefetch="auto"):
+                 gap_every="auto", shrinking=True, prefetch="auto", gap_kernel="tpa"):
         self.memory_budget = memory_budget
         self.selection = selection
         self.local_epochs = local_epochs
@@ -158,6 +164,7 @@ class DuHL:
         self.gap_every = gap_every
         self.shrinking = shrinking
         self.prefetch = prefetch
+        self.gap_kernel = gap_kernel
         self._validate()
 
     def _validate(self):
@@ -188,6 +195,7 @@ class DuHL:
         if self.device not in DEVICES:
             raise ValueError(f"The 'device' parameter must be one of {DEVICES}. "
                              f"Got {self.device!r} instead.")
+        check_gap_kernel(self.gap_kernel, self.device)
 
     def _prefetch_share(self):
         if self.prefetch == "auto":
@@ -238,7 +246,8 @@ class DuHL:
         else:
             z, off = problem.state_from(a)
         state = (a, z, off)
-        block = make_block(problem, budget, self.device, prefetch=self._prefetch_share())
+        block = make_block(problem, budget, self.device, prefetch=self._prefetch_share(),
+                           gap_kernel=self.gap_kernel)
         policy = Policy(self.selection, problem.coord_bytes, block.capacity_bytes, problem.sqnorm,
                         _child(rng))
 

@@ -127,3 +127,14 @@ def gaps_sparse(indptr, indices, data, rows, coords, a, z, off, mu, c, model, p0
         i = coords[b]
         s = dot - c * off[0] * z.shape[0] * mu[i]
         out[b] = coord_gap(model, a[i], s, p0, p1, p2)
+
+
+@cuda.jit
+def gaps_from_dots(dots, rows, coords, a, off, mu, c, n, model, p0, p1, p2, out):
+    """out[j] = gap of coordinate coords[j] from dots[rows[j]] = <A_i, z>, a product
+    cuBLAS computed (gap_kernel="blas"); one thread per coordinate."""
+    j = cuda.grid(1)
+    if j < coords.shape[0]:
+        i = coords[j]
+        s = dots[rows[j]] - c * off[0] * n * mu[i]
+        out[j] = coord_gap(model, a[i], s, p0, p1, p2)

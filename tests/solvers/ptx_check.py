@@ -36,12 +36,17 @@ def signatures():
     state = (vec(f8), vec(f8), vec(f8))
     scalars = (f8, i8, f8, f8, f8)  # c, model, p0, p1, p2
     ix = vec(i8)
-    sigs = {name: [] for name in ("tpa_scd_dense", "tpa_scd_sparse", "gaps_dense", "gaps_sparse")}
+    sigs = {name: [] for name in ("tpa_scd_dense", "tpa_scd_sparse", "gaps_dense", "gaps_sparse",
+                                  "gaps_from_dots")}
     for val in (types.float64, types.float32):
         sigs["tpa_scd_dense"].append(
             (f"block {val}", (mat(val), ix, ix, *state, vec(f8), vec(f8), *scalars)))
         sigs["gaps_dense"].append(
             (f"block {val}", (mat(val), ix, ix, *state, vec(f8), *scalars, vec(f8))))
+        # gap_kernel="blas": dots = block @ z in the block's dtype; n (rows of A) int64
+        sigs["gaps_from_dots"].append(
+            (f"dots {val}", (vec(val), ix, ix, vec(f8), vec(f8), vec(f8), f8, i8, i8, f8, f8, f8,
+                             vec(f8))))
         # indices int32 (problems.py narrows them when nnz < 2**31), else int64
         for idx in (types.int32, types.int64):
             csr = (vec(i8), vec(idx), vec(val))  # the block's own indptr is int64
