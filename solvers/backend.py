@@ -649,8 +649,10 @@ def make_block(problem, budget_bytes, device="cpu", prefetch=0.0, gap_kernel="tp
                       stacklevel=3)
         budget = cut
     staging = int(prefetch * budget) if budget < total else 0
+    # in whole units (a dense row, a sparse entry): a staging share too small for one
+    # unit takes nothing from the block
     if sp.issparse(problem.A):
-        per_entry = problem.A.data.itemsize + problem.A.indices.itemsize
-        return SparseBlock(problem, (budget - staging) // per_entry, dev, staging // per_entry)
-    per_coord = problem.A.shape[1] * problem.A.itemsize
-    return DenseBlock(problem, (budget - staging) // per_coord, dev, staging // per_coord)
+        unit = problem.A.data.itemsize + problem.A.indices.itemsize
+        return SparseBlock(problem, budget // unit - staging // unit, dev, staging // unit)
+    unit = problem.A.shape[1] * problem.A.itemsize
+    return DenseBlock(problem, budget // unit - staging // unit, dev, staging // unit)
