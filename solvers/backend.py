@@ -648,11 +648,20 @@ def make_block(problem, budget_bytes, device="cpu", prefetch=0.0, gap_kernel="tp
                       f"({free / 1e9:.2f} GB free); using {cut / 1e9:.2f} GB", RuntimeWarning,
                       stacklevel=3)
         budget = cut
-    staging = int(prefetch * budget) if budget < total else 0
-    # in whole units (a dense row, a sparse entry): a staging share too small for one
-    # unit takes nothing from the block
+    block, staging = split_budget(problem, budget, prefetch)
     if sp.issparse(problem.A):
         unit = problem.A.data.itemsize + problem.A.indices.itemsize
-        return SparseBlock(problem, budget // unit - staging // unit, dev, staging // unit)
+        return SparseBlock(problem, block // unit, dev, staging // unit)
     unit = problem.A.shape[1] * problem.A.itemsize
-    return DenseBlock(problem, budget // unit - staging // unit, dev, staging // unit)
+    return DenseBlock(problem, block // unit, dev, staging // unit)
+
+
+def split_budget(problem, budget, prefetch):
+    """(block bytes, staging bytes) of a budget in bytes, in whole units (a dense row,
+    a sparse entry): a staging share too small for one unit takes nothing from the
+    block, and a budget that holds all data needs no staging."""
+    A = problem.A
+    unit = A.data.itemsize + A.indices.itemsize if sp.issparse(A) else A.shape[1] * A.itemsize
+    total = int(problem.coord_bytes.sum())
+    staging = int(prefetch * budget) // unit if budget < total else 0
+    return (budget // unit - staging) * unit, staging * unit

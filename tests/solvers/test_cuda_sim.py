@@ -150,12 +150,13 @@ def test_prefetch_on_cuda_sim_changes_no_iterate(cuda_kernels, sparse, selection
     """The staging path (prefetch copies, then swaps served from staging rows) takes
     the same steps as plain swaps: thread blocks run one at a time in the simulator."""
     p = _tiny("lasso", sparse)
-    unit = 12 if sparse else int(p.coord_bytes[0])  # an entry, a row: whole units throughout
-    budget = int(0.6 * p.coord_bytes.sum()) // (4 * unit) * (4 * unit)
-    share = 0.25
+    budget = int(0.6 * p.coord_bytes.sum())
+    share = 0.3
     kw = dict(selection=selection, tol=0.0, max_epochs=3, random_state=2, device="cuda_sim")
     staged = DuHL(memory_budget=f"{budget}B", prefetch=share, **kw).solve(p)
-    plain = DuHL(memory_budget=f"{budget - int(share * budget)}B", prefetch=0.0, **kw).solve(p)
+    block, staging = backend.split_budget(p, budget, share)  # the block: what staging leaves
+    assert staging > 0
+    plain = DuHL(memory_budget=f"{block}B", prefetch=0.0, **kw).solve(p)
     np.testing.assert_array_equal(staged.a, plain.a)
     assert staged.n_rounds == plain.n_rounds > 2
     assert staged.prefetch_hits > 0 and plain.prefetch_hits == 0

@@ -8,6 +8,7 @@ import scipy.sparse as sp
 
 import glm_oracles as go
 import solvers.duhl as duhl_module
+from solvers.backend import split_budget
 from solvers.duhl import DuHL
 from solvers.problems import make_problem
 
@@ -165,10 +166,11 @@ def test_prefetch_changes_no_iterate(case_factory, model, sparse, selection):
     """Staging copies only move where swapped-in data comes from: with the same block,
     DuHL with prefetch takes exactly the steps DuHL without it takes."""
     case = case_factory(model, sparse, np.float64)
-    unit = 12 if sparse else int(coordinate_bytes(model, case.X)[0])  # an entry, a row
-    budget = int(0.4 * coordinate_bytes(model, case.X).sum()) // (4 * unit) * (4 * unit)
-    share = 0.25  # a whole number of units: the block is exactly the rest of the budget
-    block = budget - int(share * budget)
+    budget = int(0.4 * coordinate_bytes(model, case.X).sum())
+    share = 0.3
+    problem = make_problem(go.PROBLEM_NAME[case.model], case.X, case.y, **case.params)
+    block, staging = split_budget(problem, budget, share)  # the block: what staging leaves
+    assert staging > 0 and block + staging <= budget
     kw = dict(selection=selection, tol=1e-9, max_epochs=2000, random_state=4)
     with_prefetch = _solve(case, memory_budget=f"{budget}B", prefetch=share, **kw)
     without = _solve(case, memory_budget=f"{block}B", prefetch=0.0, **kw)
