@@ -37,7 +37,7 @@ from tasks.data import cache_key, load_dataset, resolve_path, validate_data_conf
 from tasks.distributed_arms import Placement
 from tasks.distributed_arms import check_model as check_arm_model
 from tasks.replicas import ClusterLost
-from tasks.solve import (NoCudaDevice, build_problem, check_device, check_model, is_distributed, make_solver,
+from tasks.solve import (NoCudaDevice, build_problem, check_device, check_model, make_solver,
                          progress_metric, run_arm, warmup)
 
 log = logging.getLogger(__name__)
@@ -64,7 +64,7 @@ class Plan:
 def plan_experiment(cfg: DictConfig) -> Plan:
     """Every check that needs no data. Raises ValueError (one line) on a bad setting."""
     check_config(cfg)
-    cluster = validate_cluster_config(cfg.cluster)
+    validate_cluster_config(cfg.cluster)
     data = validate_data_config(OmegaConf.to_container(cfg.data, resolve=True))
     cache_key(data, PROJECT_ROOT)  # a data file that is missing fails here
     model = OmegaConf.to_container(cfg.model, resolve=True)
@@ -96,11 +96,6 @@ def plan_experiment(cfg: DictConfig) -> Plan:
     metrics = sorted({progress_metric(s) for s in arms.values()})
     if len(metrics) > 1:
         raise ValueError(f"The arms of one experiment must share a progress metric; these mix {metrics}.")
-    if cluster.name != "none":
-        local = sorted(n for n, s in arms.items() if not is_distributed(s))
-        if local:
-            raise ValueError(f"The 'name' parameter of cluster must be 'none' for arm(s) {local} (only cocoa and "
-                             f"diana arms run on a cluster). Got {cluster.name!r} instead.")
     for role, names in (("main_arm", [exp.main_arm]), ("baselines", list(exp.baselines))):
         missing = [n for n in names if n not in arms]
         if missing:

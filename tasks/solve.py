@@ -118,8 +118,31 @@ def progress_metric(settings: Mapping[str, Any]) -> str:
 def run_arm(problem, settings: Mapping[str, Any], callback: Optional[Callable[[dict], None]] = None,
             placement: Any = None):
     """Solve ``problem`` with the arm's solver; returns the solver's result. ``placement``
-    (tasks.distributed_arms.Placement): where replicated solvers run and the data they read."""
+    (tasks.distributed_arms.Placement): where the arm runs and the data it reads. With a
+    cluster, replicated solvers spread over its workers, and any other arm runs whole
+    on one worker, next to the data (a Dask-CUDA worker: its GPU); its trace rows reach
+    ``callback`` when it ends."""
     solver = make_solver(settings, callback=callback)
     if getattr(solver, "distributed", False):
         return solver.solve(problem, placement=placement)
+    if placement is not None and placement.client is not None:
+        future = placement.client.submit(solve_on_worker, str(placement.path), dict(placement.model),
+                                         dict(settings), pure=False)
+        result = future.result()
+        for row in result.trace.to_dict("records"):
+            if callback is not None:
+                callback(row)
+        return result
     return solver.solve(problem)
+
+
+def solve_on_worker(path: str, model_cfg: Mapping[str, Any], settings: Mapping[str, Any]):
+    """On a worker: one arm on the dataset memory-mapped from the cache at ``path``,
+    compiled there first (untimed), as the driver does."""
+    from pathlib import Path
+
+    from tasks.data import read_cached
+
+    ds = read_cached(Path(path))
+    warmup(model_cfg, ds.X, ds.y, {"arm": settings})
+    return make_solver(settings).solve(build_problem(model_cfg, ds.X, ds.y))

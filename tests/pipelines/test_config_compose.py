@@ -141,7 +141,6 @@ def test_diana_preset_plans_compressors_by_method(hydra_conf):
 
 
 @pytest.mark.parametrize("overrides,message", [
-    (["cluster=local"], r"must be 'none' for arm\(s\)"),  # DuHL arms run in-process
     (["experiment=diana", "model.fit_intercept=true"], "no intercept"),
     (["experiment=diana", "model=svm"], "'model' parameter of DIANA"),
     (["experiment=cocoa", "+experiment.arms.bad={n_parts: 0}"], "'n_parts'.*0"),

@@ -58,6 +58,31 @@ def cocoa_on(client, ds, model_cfg, callback=None, **kw):
     return solver.solve(skeleton)
 
 
+@pytest.mark.parametrize("settings", [
+    {"name": "duhl", "selection": "gap", "memory_budget": 0.3, "tol": 1e-8, "max_epochs": 2000},
+    {"name": "duhl", "selection": "sequential", "memory_budget": 0.3, "prefetch": 0.25, "tol": 1e-6,
+     "max_epochs": 2000},
+], ids=["gap", "sequential-prefetch"])
+def test_duhl_arm_runs_whole_on_a_worker_next_to_its_data(client, dataset, settings):
+    """A single-machine arm with a cluster: it runs on a worker process, which reads the
+    cached dataset itself; the same seed takes the same steps as in this process."""
+    from tasks.distributed_arms import Placement
+    from tasks.solve import build_problem, run_arm
+
+    problem = build_problem(LASSO, dataset.X, dataset.y)
+    settings = {**settings, "random_state": 3}
+    rows = []
+    remote = run_arm(problem, settings, callback=rows.append,
+                     placement=Placement(client, dataset.path, dataset.X, dataset.y, LASSO))
+    local = run_arm(problem, settings)
+    assert remote.converged
+    np.testing.assert_array_equal(remote.a, local.a)
+    assert remote.n_rounds == local.n_rounds and remote.bytes_h2d == local.bytes_h2d
+    assert [r["round"] for r in rows] == list(local.trace["round"])  # the callback saw every row
+    sk = Lasso(alpha=0.05, tol=1e-12, max_iter=100000).fit(np.asarray(dataset.X), np.asarray(dataset.y))
+    np.testing.assert_allclose(remote.a, sk.coef_, atol=1e-3 * np.abs(sk.coef_).max())
+
+
 def test_cocoa_lasso_feature_parts_reach_sklearn(client, dataset):
     res = cocoa_on(client, dataset, LASSO, local_epochs=5, tol=1e-7, max_epochs=3000)
     X, y = np.asarray(dataset.X), np.asarray(dataset.y)
