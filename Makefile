@@ -38,8 +38,9 @@ ui: $(STAMP)  ## the MLflow UI on http://127.0.0.1:$(PORT) over ./mlflow.db (POR
 	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false $(VENV)/bin/mlflow ui \
 	  --backend-store-uri sqlite:///$(MLFLOW_DB) --host 127.0.0.1 --port $(PORT) --workers 1
 
-test: $(STAMP)  ## the tests without the gpu and slow markers
-	$(PY) -m pytest -m "not gpu and not slow" $(ARGS)
+JOBS  ?= 2
+test: $(STAMP)  ## the tests without the gpu and slow markers, a module per process (JOBS=2)
+	$(PY) -m pytest -m "not gpu and not slow" -n $(JOBS) --dist loadfile $(ARGS)
 
 bench: $(STAMP)  ## ours vs peers: time to rel_gap 1e-4/1e-6 (QUICK=1: ~3 min; pip install -e .[peers] first)
 	nice -n 5 $(PY) -m pipelines.bench $(if $(QUICK),--quick) $(ARGS)
