@@ -117,6 +117,9 @@ class DeviceConfig:
     # How a GPU device computes its block's gaps: "tpa" (a thread block per coordinate)
     # or "blas" (one cuBLAS matrix-vector product; dense data).
     gap_kernel: str = "tpa"
+    # The most coordinates a GPU epoch updates at once: "auto" (sqrt of the epoch's
+    # coordinates) or an int >= 1.
+    concurrency: Any = "auto"
 
 
 @dataclass

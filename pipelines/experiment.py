@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 register_configs()
 
 SOLVER_KEYS = {f.name for f in dataclasses.fields(SolverConfig)}
-ARM_KEYS = SOLVER_KEYS | {"memory_budget", "prefetch", "gap_kernel", "max_time"}  # what an arm may override
+ARM_KEYS = SOLVER_KEYS | {"memory_budget", "prefetch", "gap_kernel", "concurrency", "max_time"}  # what an arm may override
 
 
 @dataclass
@@ -74,6 +74,7 @@ def plan_experiment(cfg: DictConfig) -> Plan:
         raise ValueError(f"The 'target_rel_gap' parameter of experiment must be a float > 0. Got {exp.target_rel_gap!r} instead.")
     base = {**OmegaConf.to_container(cfg.solver, resolve=True), "memory_budget": cfg.device.memory_budget,
             "prefetch": cfg.device.prefetch, "gap_kernel": cfg.device.gap_kernel,
+            "concurrency": cfg.device.concurrency,
             "device": cfg.device.name, "tol": exp.target_rel_gap, "max_time": exp.max_time}
     deltas = OmegaConf.to_container(exp.arms, resolve=True) or {cfg.solver.selection: {}}
     arms = {}

@@ -23,6 +23,7 @@ the only one that imports CuPy.
 """
 
 import contextlib
+import math
 import os
 import warnings
 
@@ -118,10 +119,11 @@ class CUDADevice(CPUDevice):
     held until their copy's event has completed.
     """
 
-    def __init__(self, problem, simulate, gap_kernel="tpa"):
+    def __init__(self, problem, simulate, gap_kernel="tpa", concurrency="auto"):
         super().__init__()
         self.simulate = simulate
         self.gap_kernel = gap_kernel
+        self.concurrency = concurrency
         self.name = "cuda_sim" if simulate else "cuda"
         self._held = []          # (event, pinned buffers) of copies that may be in flight
         self._prefetched = None  # event of the last prefetch copy, not yet waited for
@@ -237,14 +239,19 @@ class CUDADevice(CPUDevice):
         self.compute_stream.synchronize()
         return x.get(stream=self.compute_stream)
 
+    def epoch_grid(self, n):
+        """Thread blocks of an epoch over n coordinates: the most updates in flight at once."""
+        cap = math.isqrt(n) if self.concurrency == "auto" else int(self.concurrency)
+        return max(1, min(n, cap))
+
     def epoch_dense(self, data, coords, order, st, p):
-        self._launch(self.k.tpa_scd_dense, order.shape[0], data, coords, self._put(order), *st,
-                     self.mu, self.sqnorm, p.c, p.model, *p.params)
+        self._launch(self.k.tpa_scd_dense, self.epoch_grid(order.shape[0]), data, coords,
+                     self._put(order), *st, self.mu, self.sqnorm, p.c, p.model, *p.params)
         return order.shape[0]
 
     def epoch_sparse(self, buf, coords, order, st, p):
-        self._launch(self.k.tpa_scd_sparse, order.shape[0], *buf, coords, self._put(order), *st,
-                     self.mu, self.sqnorm, p.c, p.model, *p.params)
+        self._launch(self.k.tpa_scd_sparse, self.epoch_grid(order.shape[0]), *buf, coords,
+                     self._put(order), *st, self.mu, self.sqnorm, p.c, p.model, *p.params)
         return order.shape[0]
 
     def gaps_dense(self, data, rows, coords, st, p):
@@ -610,6 +617,13 @@ class SparseBlock(_Block):
                                                self.problem)
 
 
+def check_concurrency(concurrency):
+    if concurrency != "auto" and (isinstance(concurrency, bool) or not isinstance(
+            concurrency, (int, np.integer)) or concurrency < 1):
+        raise ValueError("The 'concurrency' parameter must be 'auto' or an int >= 1. "
+                         f"Got {concurrency!r} instead.")
+
+
 def check_gap_kernel(gap_kernel, device, sparse=False):
     """ValueError unless ``gap_kernel`` applies: "blas" is a dense product on a GPU device."""
     if gap_kernel not in GAP_KERNELS:
@@ -623,22 +637,26 @@ def check_gap_kernel(gap_kernel, device, sparse=False):
                          "matrix-vector product); use gap_kernel='tpa' for sparse data.")
 
 
-def make_device(problem, device, gap_kernel="tpa"):
+def make_device(problem, device, gap_kernel="tpa", concurrency="auto"):
     if device not in DEVICES:
         raise ValueError(f"The 'device' parameter must be one of {DEVICES}. Got {device!r} instead.")
     check_gap_kernel(gap_kernel, device, sp.issparse(problem.A))
+    check_concurrency(concurrency)
     if device == "cpu":
         return CPUDevice()
-    return CUDADevice(problem, simulate=device == "cuda_sim", gap_kernel=gap_kernel)
+    return CUDADevice(problem, simulate=device == "cuda_sim", gap_kernel=gap_kernel,
+                      concurrency=concurrency)
 
 
-def make_block(problem, budget_bytes, device="cpu", prefetch=0.0, gap_kernel="tpa"):
+def make_block(problem, budget_bytes, device="cpu", prefetch=0.0, gap_kernel="tpa",
+               concurrency="auto"):
     """The device block of a problem for a budget in bytes (None: all data), of
     which a ``prefetch`` share is staging memory for coordinates copied ahead of
     their swap (none when the budget holds all data); ``gap_kernel`` computes the
     block's gaps on a GPU device ("tpa": a thread block per coordinate; "blas":
-    one cuBLAS matrix-vector product, then a thread per coordinate)."""
-    dev = make_device(problem, device, gap_kernel)
+    one cuBLAS matrix-vector product, then a thread per coordinate); ``concurrency``
+    caps the coordinates a GPU epoch updates at once ("auto": sqrt of the epoch's)."""
+    dev = make_device(problem, device, gap_kernel, concurrency)
     total = int(problem.coord_bytes.sum())
     budget = total if budget_bytes is None else min(int(budget_bytes), total)
     free = free_device_bytes(device)

@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from solvers.backend import DEVICES, check_gap_kernel, make_block
+from solvers.backend import DEVICES, check_concurrency, check_gap_kernel, make_block
 from solvers.selection import POLICIES, Policy
 from solvers.trace import SolveResult, Trace
 
@@ -147,11 +147,18 @@ class DuHL:
         matrix-vector product in the data's precision, then a thread per
         coordinate (dense data, device "cuda" or "cuda_sim"). The host computes
         the other coordinates' gaps on the CPU either way, as in the paper.
+    concurrency : "auto" or int >= 1
+        The most coordinates a GPU epoch updates at once (thread blocks in
+        flight, each reading z while the others change it). All at once makes
+        an epoch a Jacobi step, which diverges on correlated coordinates;
+        "auto" allows sqrt(coordinates), the delay under which asynchronous
+        coordinate descent keeps its linear rate (Liu & Wright, 2015).
     """
 
     def __init__(self, memory_budget=None, selection="gap", local_epochs=1, tol=1e-6,
                  max_epochs=1000, max_time=None, device="cpu", random_state=None, callback=None,
-                 gap_every="auto", shrinking=True, prefetch="auto", gap_kernel="tpa"):
+                 gap_every="auto", shrinking=True, prefetch="auto", gap_kernel="tpa",
+                 concurrency="auto"):
         self.memory_budget = memory_budget
         self.selection = selection
         self.local_epochs = local_epochs
@@ -165,6 +172,7 @@ class DuHL:
         self.shrinking = shrinking
         self.prefetch = prefetch
         self.gap_kernel = gap_kernel
+        self.concurrency = concurrency
         self._validate()
 
     def _validate(self):
@@ -196,6 +204,7 @@ class DuHL:
             raise ValueError(f"The 'device' parameter must be one of {DEVICES}. "
                              f"Got {self.device!r} instead.")
         check_gap_kernel(self.gap_kernel, self.device)
+        check_concurrency(self.concurrency)
 
     def _prefetch_share(self):
         if self.prefetch == "auto":
@@ -247,7 +256,7 @@ class DuHL:
             z, off = problem.state_from(a)
         state = (a, z, off)
         block = make_block(problem, budget, self.device, prefetch=self._prefetch_share(),
-                           gap_kernel=self.gap_kernel)
+                           gap_kernel=self.gap_kernel, concurrency=self.concurrency)
         policy = Policy(self.selection, problem.coord_bytes, block.capacity_bytes, problem.sqnorm,
                         _child(rng))
 

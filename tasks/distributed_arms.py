@@ -93,8 +93,7 @@ class DianaArm:
 
     def __init__(self, n_workers=4, method="diana", compressor="identity", gamma=None, shift_lr=None,
                  tol=1e-6, max_epochs=100000, max_time=None, random_state=0, callback=None,
-                 memory_budget=None, selection="gap", local_epochs=1, device="cpu", prefetch="auto",
-                 gap_kernel="tpa"):
+                 memory_budget=None, selection="gap", local_epochs=1, device="cpu"):
         if device != "cpu":
             raise ValueError(f"The 'device' parameter of DIANA must be 'cpu' (it runs NumPy). Got {device!r} instead.")
         if not (isinstance(max_epochs, (int, float)) and max_epochs >= 1):

@@ -276,15 +276,14 @@ class Peer:
         Caps the peer's iterations at each point (the warm-up uses a tiny cap).
     repeats : int
         Each point's time is the median of this many fits.
-    memory_budget, selection, local_epochs, device, prefetch, gap_kernel, random_state : accepted so a peer
+    memory_budget, selection, local_epochs, device, random_state : accepted so a peer
         arm shares the experiment's solver settings; ignored (peers hold all data).
     """
 
     library = None
 
     def __init__(self, tol=1e-6, max_time=None, max_epochs=100000, repeats=1, memory_budget=None,
-                 selection="gap", local_epochs=1, device="cpu", random_state=0, callback=None,
-                 prefetch="auto", gap_kernel="tpa"):
+                 selection="gap", local_epochs=1, device="cpu", random_state=0, callback=None):
         self.tol, self.max_time, self.max_epochs, self.repeats = tol, max_time, max_epochs, repeats
         self.memory_budget, self.selection, self.local_epochs = memory_budget, selection, local_epochs
         self.device, self.random_state, self.callback = device, random_state, callback

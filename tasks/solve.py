@@ -7,6 +7,7 @@ arguments plus ``name`` (which solver) and are checked before any data is made.
 
 from __future__ import annotations
 
+import inspect
 import time
 from typing import Any, Callable, Mapping, Optional
 
@@ -25,12 +26,21 @@ SOLVERS = {"duhl": DuHL, **PEER_SOLVERS, **DISTRIBUTED_ARMS}
 CLASSIFIERS = ("svm", "logistic")
 
 
+# device/ settings that only the solvers running DuHL's device blocks take (DuHL,
+# CoCoA+); the others (peers, DIANA) do not see them
+DEVICE_KEYS = ("prefetch", "gap_kernel", "concurrency")
+
+
 def make_solver(settings: Mapping[str, Any], callback: Optional[Callable[[dict], None]] = None):
     """The solver an arm describes; raises a one-line ValueError on a bad setting."""
     settings = dict(settings)
     name = settings.pop("name", "duhl")
     if name not in SOLVERS:
         raise ValueError(f"The 'name' parameter of solver must be one of {sorted(SOLVERS)}. Got {name!r} instead.")
+    takes = inspect.signature(SOLVERS[name]).parameters
+    for key in DEVICE_KEYS:
+        if key not in takes:
+            settings.pop(key, None)
     try:
         solver = SOLVERS[name](callback=callback, **settings)
     except TypeError as error:  # an unknown keyword: name it with the solver

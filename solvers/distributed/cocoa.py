@@ -77,7 +77,7 @@ class CocoaPart:
 
     def __init__(self, problem, lo, hi, n_parts, gamma, sigma, local_epochs=1, local_solver="scd",
                  memory_budget=None, device="cpu", random_state=None, a0=None, prefetch="auto",
-                 gap_kernel="tpa"):
+                 gap_kernel="tpa", concurrency="auto"):
         self.problem = sub_problem(problem, lo, hi)
         self.lo, self.hi = lo, hi
         self.gamma, self.sigma = float(gamma), float(sigma)
@@ -87,6 +87,7 @@ class CocoaPart:
         self.device = device
         self.prefetch = prefetch
         self.gap_kernel = gap_kernel
+        self.concurrency = concurrency
         self.rng = np.random.default_rng(random_state)
         self.a = np.zeros(hi - lo) if a0 is None else np.array(a0, dtype=np.float64)
         if local_solver == "scd" and device != "cpu":
@@ -126,7 +127,8 @@ class CocoaPart:
         local = replace(p, c=c_local, b=Ak_a - np.asarray(z) / c_local + shift)
         solver = DuHL(memory_budget=self.memory_budget, selection="gap", local_epochs=1, tol=0.0,
                       max_epochs=self.local_epochs, device=self.device, random_state=self.rng,
-                      prefetch=self.prefetch, gap_kernel=self.gap_kernel)
+                      prefetch=self.prefetch, gap_kernel=self.gap_kernel,
+                      concurrency=self.concurrency)
         res = solver.solve(local, a0=self.a)
         da = res.a - self.a
         return res.v - Ak_a, float(p.mu @ da), da
@@ -175,13 +177,13 @@ class CoCoA:
         H, local epochs per round.
     local_solver : {"scd", "duhl"}
         In-memory SCD, or DuHL with ``memory_budget`` of each part on its device.
-    tol, max_epochs, max_time, random_state, callback, prefetch, gap_kernel : as DuHL.
+    tol, max_epochs, max_time, random_state, callback, prefetch, gap_kernel, concurrency : as DuHL.
     """
 
     def __init__(self, n_parts=2, aggregation="adding", local_epochs=1, local_solver="scd",
                  memory_budget=None, selection="gap", tol=1e-6, max_epochs=1000, max_time=None,
                  device="cpu", random_state=None, callback=None, executor_factory=None,
-                 prefetch="auto", gap_kernel="tpa"):
+                 prefetch="auto", gap_kernel="tpa", concurrency="auto"):
         self.n_parts = n_parts
         self.aggregation = aggregation
         self.local_epochs = local_epochs
@@ -194,6 +196,7 @@ class CoCoA:
         self.device = device
         self.prefetch = prefetch
         self.gap_kernel = gap_kernel
+        self.concurrency = concurrency
         self.random_state = random_state
         self.callback = callback
         self.executor_factory = executor_factory  # (solver, problem, parts spec) -> executor
@@ -232,7 +235,7 @@ class CoCoA:
         return [dict(lo=lo, hi=hi, n_parts=self.n_parts, gamma=self.gamma, sigma=self.sigma,
                      local_epochs=self.local_epochs, local_solver=local_solver,
                      memory_budget=self.memory_budget, device=self.device, prefetch=self.prefetch,
-                     gap_kernel=self.gap_kernel,
+                     gap_kernel=self.gap_kernel, concurrency=self.concurrency,
                      random_state=part_seed(self.random_state, k))
                 for k, (lo, hi) in enumerate(partition(problem.n_coords, self.n_parts))]
 

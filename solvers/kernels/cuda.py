@@ -1,12 +1,16 @@
 """GPU kernels (numba.cuda): TPA-SCD epochs and coordinate gaps.
 
 TPA-SCD (Parnell, Dünner et al., "Large-scale stochastic learning using GPUs",
-2017): one thread block per coordinate, taken in a random order. The block's
+2017): a thread block per coordinate, taken in a random order. The block's
 threads split the coordinate's entries, a shared-memory tree reduction gives
 <A_i, z>, thread 0 applies the model's exact coordinate update (the same
 scalar functions as the CPU kernels, :mod:`solvers.models`) and every thread
 adds its share of the change into z with atomicAdd. Blocks run
-asynchronously, without locks, as in the paper.
+asynchronously, without locks, as in the paper. One difference: the grid has
+G thread blocks (the device's ``concurrency``), each taking every G-th
+coordinate of the order, so at most G updates read a stale z at once. With
+every coordinate in flight together an epoch is a Jacobi step, which
+overshoots, and can diverge, on correlated coordinates.
 
 Under Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``, device "cuda_sim")
 the same kernels run on NumPy arrays, one block after another, so CI exercises
@@ -53,22 +57,27 @@ def _step(shared, i, dot, a, off, mu, sqnorm, c, m, model, p0, p1, p2, t):
 
 @cuda.jit
 def tpa_scd_dense(block, coords, order, a, z, off, mu, sqnorm, c, model, p0, p1, p2):
-    """One epoch over ``block[order]``: thread block b updates coordinate coords[order[b]]."""
+    """One epoch over ``block[order]``: thread block b updates coordinates
+    coords[order[b]], coords[order[b + G]], ... (G thread blocks), so at most G
+    updates are in flight at once."""
     partial = cuda.shared.array(TPB, float64)
     shared = cuda.shared.array(1, float64)
     t = cuda.threadIdx.x
-    j = order[cuda.blockIdx.x]
     n_cols = block.shape[1]
-    acc = 0.0
-    for k in range(t, n_cols, TPB):
-        acc += block[j, k] * z[k]
-    partial[t] = acc
-    dot = _block_sum(partial, t)
-    d = _step(shared, coords[j], dot, a, off, mu, sqnorm, c, z.shape[0], model, p0, p1, p2, t)
-    if d != 0.0:
-        cd = c * d
+    for w in range(cuda.blockIdx.x, order.shape[0], cuda.gridDim.x):
+        j = order[w]
+        acc = 0.0
         for k in range(t, n_cols, TPB):
-            cuda.atomic.add(z, k, cd * block[j, k])
+            acc += block[j, k] * z[k]
+        partial[t] = acc
+        dot = _block_sum(partial, t)
+        d = _step(shared, coords[j], dot, a, off, mu, sqnorm, c, z.shape[0], model, p0, p1, p2, t)
+        if d != 0.0:
+            cd = c * d
+            for k in range(t, n_cols, TPB):
+                cuda.atomic.add(z, k, cd * block[j, k])
+        # the next coordinate's dot product reads z only after this one's update is in
+        cuda.syncthreads()
 
 
 @cuda.jit
@@ -78,19 +87,23 @@ def tpa_scd_sparse(indptr, indices, data, coords, order, a, z, off, mu, sqnorm, 
     partial = cuda.shared.array(TPB, float64)
     shared = cuda.shared.array(1, float64)
     t = cuda.threadIdx.x
-    j = order[cuda.blockIdx.x]
-    start = indptr[j]
-    stop = indptr[j + 1]
-    acc = 0.0
-    for k in range(start + t, stop, TPB):
-        acc += data[k] * z[indices[k]]
-    partial[t] = acc
-    dot = _block_sum(partial, t)
-    d = _step(shared, coords[j], dot, a, off, mu, sqnorm, c, z.shape[0], model, p0, p1, p2, t)
-    if d != 0.0:
-        cd = c * d
+    for w in range(cuda.blockIdx.x, order.shape[0], cuda.gridDim.x):
+        j = order[w]
+        start = indptr[j]
+        stop = indptr[j + 1]
+        acc = 0.0
         for k in range(start + t, stop, TPB):
-            cuda.atomic.add(z, indices[k], cd * data[k])
+            acc += data[k] * z[indices[k]]
+        partial[t] = acc
+        dot = _block_sum(partial, t)
+        d = _step(shared, coords[j], dot, a, off, mu, sqnorm, c, z.shape[0], model, p0, p1, p2, t)
+        if d != 0.0:
+            cd = c * d
+            for k in range(start + t, stop, TPB):
+                cuda.atomic.add(z, indices[k], cd * data[k])
+        # the next coordinate's dot product reads z only after this one's update is in
+        # (its entries are other threads' entries here)
+        cuda.syncthreads()
 
 
 @cuda.jit

@@ -174,3 +174,42 @@ def test_gap_kernel_is_validated():
         DuHL(gap_kernel="blas")
     with pytest.raises(ValueError, match="The 'gap_kernel' parameter 'blas' needs dense data"):
         DuHL(gap_kernel="blas", device="cuda_sim").solve(p)
+
+
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
+def test_tpa_epoch_with_fewer_thread_blocks_than_coordinates(cuda_kernels, sparse):
+    """With G thread blocks (concurrency), block b takes order[b], order[b + G], ...; the
+    simulator runs blocks one after another, so the epoch is the CPU epoch in the order
+    order[0::G], order[1::G], ..."""
+    p = _tiny("logistic", sparse)
+    n, grid = p.n_coords, 3
+    order = np.random.default_rng(4).permutation(n)
+    serial = np.concatenate([order[b::grid] for b in range(grid)])
+    coords = np.arange(n)
+    states = []
+    for kernel in ("cpu", "cuda"):
+        a, z, off = np.zeros(n), -p.c * p.b, np.zeros(1)
+        args = (coords, serial if kernel == "cpu" else order, a, z, off, p.mu, p.sqnorm, p.c,
+                p.model, *p.params)
+        csr = (p.A.indptr, p.A.indices, p.A.data) if sparse else (p.A,)
+        if kernel == "cpu":
+            (cpu.scd_epoch_sparse if sparse else cpu.scd_epoch_dense)(*csr, *args)
+        else:
+            (cuda_kernels.tpa_scd_sparse if sparse else cuda_kernels.tpa_scd_dense)[
+                grid, cuda_kernels.TPB](*csr, *args)
+        states.append((a, z, off))
+    (a_cpu, z_cpu, _), (a_gpu, z_gpu, _) = states
+    assert np.abs(a_cpu).max() > 0
+    np.testing.assert_allclose(a_gpu, a_cpu, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(z_gpu, z_cpu, rtol=1e-9, atol=1e-12)
+
+
+def test_concurrency_caps_the_grid_and_is_validated():
+    p = _tiny("lasso", False)
+    dev = backend.make_device(p, "cuda_sim")
+    assert [dev.epoch_grid(n) for n in (1, 3, 4, 9, 10000)] == [1, 1, 2, 3, 100]  # sqrt
+    assert backend.make_device(p, "cuda_sim", concurrency=5).epoch_grid(9) == 5
+    assert backend.make_device(p, "cuda_sim", concurrency=50).epoch_grid(9) == 9
+    for bad in (0, -1, 2.5, "all", True):
+        with pytest.raises(ValueError, match="The 'concurrency' parameter must be 'auto' or an int >= 1"):
+            DuHL(concurrency=bad)
