@@ -39,7 +39,7 @@ import scipy.sparse as sp
 from pipelines.bench_solvers import W8A, lasso_problem, read_bandwidth, svm_problem
 from solvers.duhl import DuHL
 from solvers.problems import make_problem
-from tasks.peers import PEERS, Peer, PeerUnsupported, make_peer, missing_reason
+from tasks.peers import PEERS, PeerUnsupported, make_peer, missing_reason
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGETS = (1e-4, 1e-6)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping
 
 import numpy as np
 import scipy.sparse as sp
@@ -63,7 +63,6 @@ def shard_problem(path, model_cfg: Mapping[str, Any], lo: int, hi: int, skeleton
     features lo:hi for regression models, samples lo:hi for classifiers."""
     from dataclasses import replace
 
-    from solvers import models
     from tasks.solve import build_problem, labels_for
 
     ds = _load(path)

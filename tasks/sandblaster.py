@@ -19,7 +19,6 @@ import itertools
 import time
 from typing import Any, Callable, Dict, Mapping, Optional
 
-import numpy as np
 import pandas as pd
 
 from solvers.distbelief.lbfgs import lbfgs

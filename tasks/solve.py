@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping, Optional
 import numpy as np
 import scipy.sparse as sp
 
-from solvers.backend import NoCudaDevice, check_device
+from solvers.backend import NoCudaDevice, check_device  # noqa: F401 (for pipelines: they import tasks, not solvers)
 from solvers.duhl import DuHL, parse_budget
 from solvers.problems import MODELS, make_problem
 from solvers.selection import POLICIES

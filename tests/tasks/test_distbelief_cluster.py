@@ -5,7 +5,6 @@ scipy's L-BFGS-B on the same objective. Every wait in the code under test has
 a timeout; the tests bound the runs with max_time / max_steps.
 """
 
-from pathlib import Path
 
 import numpy as np
 import pytest
