@@ -523,7 +523,9 @@ class _CSRRows:
 class SparseBlock(_Block):
     """A CSR buffer of fixed capacity in entries; a swap compacts the kept rows
     (device-to-device) and appends the incoming ones, taken from the staging
-    buffer when prefetched there (device-to-device), else host->device."""
+    buffer when prefetched there (device-to-device), else host->device. The
+    compaction writes into a spare buffer of the same size, so the device holds
+    twice the budget's bytes for sparse data (make_block's GPU check counts it)."""
 
     def __init__(self, problem, capacity_nnz, device, stage_nnz=0):
         super().__init__()
@@ -660,11 +662,13 @@ def make_block(problem, budget_bytes, device="cpu", prefetch=0.0, gap_kernel="tp
     total = int(problem.coord_bytes.sum())
     budget = total if budget_bytes is None else min(int(budget_bytes), total)
     free = free_device_bytes(device)
-    if free is not None and budget > 0.9 * free:
-        cut = int(0.9 * free)
+    # a sparse block also keeps a spare buffer of its size to compact into on swaps
+    copies = 2 if sp.issparse(problem.A) else 1
+    if free is not None and budget * copies > 0.9 * free:
+        cut = int(0.9 * free) // copies
         warnings.warn(f"memory_budget of {budget / 1e9:.2f} GB is more than fits on the GPU "
-                      f"({free / 1e9:.2f} GB free); using {cut / 1e9:.2f} GB", RuntimeWarning,
-                      stacklevel=3)
+                      f"({free / 1e9:.2f} GB free{', twice the budget for sparse data' if copies == 2 else ''}); "
+                      f"using {cut / 1e9:.2f} GB", RuntimeWarning, stacklevel=3)
         budget = cut
     block, staging = split_budget(problem, budget, prefetch)
     if sp.issparse(problem.A):

@@ -213,3 +213,12 @@ def test_concurrency_caps_the_grid_and_is_validated():
     for bad in (0, -1, 2.5, "all", True):
         with pytest.raises(ValueError, match="The 'concurrency' parameter must be 'auto' or an int >= 1"):
             DuHL(concurrency=bad)
+
+
+def test_sparse_budget_counts_the_spare_buffer_against_free_gpu_memory(cuda_kernels, monkeypatch):
+    p = _tiny("lasso", True)
+    total = int(p.coord_bytes.sum())
+    monkeypatch.setattr(backend, "free_device_bytes", lambda device: total / 0.9)  # all data fits once
+    with pytest.warns(RuntimeWarning, match="twice the budget for sparse data"):
+        block = backend.make_block(p, None, device="cuda_sim")
+    assert 2 * block.capacity_bytes <= total  # block and spare within the free memory
