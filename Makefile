@@ -45,7 +45,7 @@ test: $(STAMP)  ## the tests without the gpu and slow markers, a module per proc
 bench: $(STAMP)  ## ours vs peers: time to rel_gap 1e-4/1e-6 (QUICK=1: ~3 min; pip install -e .[peers] first)
 	nice -n 5 $(PY) -m pipelines.bench $(if $(QUICK),--quick) $(ARGS)
 
-install-gpu: $(STAMP)  ## add the CUDA 13 extra (CuPy, numba-cuda, dask-cuda) on a GPU machine
+install-gpu: $(STAMP)  ## add the CUDA 13 extra (CuPy, numba-cuda, dask-cuda, RMM) on a GPU machine
 	$(PY) -m pip install -e ".[gpu,dev]"
 
 test-gpu: install-gpu  ## the tests that need a CUDA GPU (marker gpu)
