@@ -210,10 +210,8 @@ class CUDADevice(CPUDevice):
             dst[start:start + src.shape[0]] = self._to_device(src, held)
 
     def gather(self, dst, start, src, positions, prefetch=False):
-        if prefetch and not self.simulate:
-            with self._copying(prefetch=True):
-                super().gather(dst, start, src, self._put(positions))
-        else:
+        # a prefetch's gather stays off the compute stream, like its copies
+        with self._copying(prefetch=True) if prefetch else contextlib.nullcontext():
             super().gather(dst, start, src, self._put(positions))
 
     def synchronize(self):
@@ -404,9 +402,8 @@ class DenseBlock(_Block):
             with device.context():
                 self.data = device.xp.empty((n_slots + n_stage, A.shape[1]), dtype=A.dtype)
         self._coords_dev = None
-        per_coord = A.shape[1] * A.itemsize
-        self.capacity_bytes = n_slots * per_coord
-        self.staging_bytes = n_stage * per_coord
+        self.capacity_bytes = n_slots * _unit(A)
+        self.staging_bytes = n_stage * _unit(A)
 
     def resident(self):
         return self.row_coord[self.in_block]
@@ -539,17 +536,8 @@ class SparseBlock(_Block):
         self.rows = _CSRRows(device, cap, A.indices.dtype, A.data.dtype)
         self.stage = _CSRRows(device, stage, A.indices.dtype, A.data.dtype)
         self._indptr_dev = None
-        per_entry = A.data.itemsize + A.indices.itemsize
-        self.capacity_bytes = cap * per_entry
-        self.staging_bytes = stage * per_entry
-
-    @property
-    def coords(self):
-        return self.rows.coords
-
-    @property
-    def indptr(self):
-        return self.rows.indptr
+        self.capacity_bytes = cap * _unit(A)
+        self.staging_bytes = stage * _unit(A)
 
     @property
     def buf(self):
@@ -671,19 +659,21 @@ def make_block(problem, budget_bytes, device="cpu", prefetch=0.0, gap_kernel="tp
                       f"using {cut / 1e9:.2f} GB", RuntimeWarning, stacklevel=3)
         budget = cut
     block, staging = split_budget(problem, budget, prefetch)
-    if sp.issparse(problem.A):
-        unit = problem.A.data.itemsize + problem.A.indices.itemsize
-        return SparseBlock(problem, block // unit, dev, staging // unit)
-    unit = problem.A.shape[1] * problem.A.itemsize
-    return DenseBlock(problem, block // unit, dev, staging // unit)
+    unit = _unit(problem.A)
+    kind = SparseBlock if sp.issparse(problem.A) else DenseBlock
+    return kind(problem, block // unit, dev, staging // unit)
+
+
+def _unit(A):
+    """Bytes of the block's unit of memory: a sparse entry (value and index), a dense row."""
+    return A.data.itemsize + A.indices.itemsize if sp.issparse(A) else A.shape[1] * A.itemsize
 
 
 def split_budget(problem, budget, prefetch):
     """(block bytes, staging bytes) of a budget in bytes, in whole units (a dense row,
     a sparse entry): a staging share too small for one unit takes nothing from the
     block, and a budget that holds all data needs no staging."""
-    A = problem.A
-    unit = A.data.itemsize + A.indices.itemsize if sp.issparse(A) else A.shape[1] * A.itemsize
+    unit = _unit(problem.A)
     total = int(problem.coord_bytes.sum())
     staging = int(prefetch * budget) // unit if budget < total else 0
     return (budget // unit - staging) * unit, staging * unit

@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from solvers.backend import DEVICES, check_concurrency, check_gap_kernel, make_block
+from solvers.backend import DEVICES, check_concurrency, check_gap_kernel, make_block, split_budget
 from solvers.selection import POLICIES, Policy
 from solvers.trace import SolveResult, Trace
 
@@ -225,10 +225,10 @@ class DuHL:
         if budget < largest:
             raise ValueError(f"The 'memory_budget' parameter of DuHL ({self.memory_budget!r} = "
                              f"{budget} bytes) is below one coordinate's data ({largest} bytes).")
-        share = self._prefetch_share()
-        if budget < total and budget - int(share * budget) < largest:
+        block = split_budget(problem, budget, self._prefetch_share())[0]
+        if block < largest:
             raise ValueError(f"The 'prefetch' parameter of DuHL ({self.prefetch!r}) leaves "
-                             f"{budget - int(share * budget)} bytes of the {budget}-byte memory_budget "
+                             f"{block} bytes of the {budget}-byte memory_budget "
                              f"for the block, below one coordinate's data ({largest} bytes).")
         return budget
 

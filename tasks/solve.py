@@ -139,8 +139,8 @@ def run_arm(problem, settings: Mapping[str, Any], callback: Optional[Callable[[d
         future = placement.client.submit(solve_on_worker, str(placement.path), dict(placement.model),
                                          dict(settings), pure=False)
         result = future.result()
-        for row in result.trace.to_dict("records"):
-            if callback is not None:
+        if callback is not None:
+            for row in result.trace.to_dict("records"):
                 callback(row)
         return result
     return solver.solve(problem)
