@@ -43,7 +43,7 @@ test: $(STAMP)  ## the tests without the gpu and slow markers, a module per proc
 	$(PY) -m pytest -m "not gpu and not slow" -n $(JOBS) --dist loadfile $(ARGS)
 
 bench: $(STAMP)  ## ours vs peers: time to rel_gap 1e-4/1e-6 (QUICK=1: ~3 min; pip install -e .[peers] first)
-	nice -n 5 $(PY) -m pipelines.bench $(if $(QUICK),--quick) $(ARGS)
+	nice -n 5 $(PY) -m pipelines.bench.peers $(if $(QUICK),--quick) $(ARGS)
 
 install-gpu: $(STAMP)  ## add the CUDA 13 extra (CuPy, numba-cuda, dask-cuda, RMM) on a GPU machine
 	$(PY) -m pip install -e ".[gpu,dev]"
@@ -52,7 +52,7 @@ test-gpu: install-gpu  ## the tests that need a CUDA GPU (marker gpu)
 	NUMBA_ENABLE_CUDASIM=0 $(PY) -m pytest -m gpu -rs $(ARGS)
 
 bench-solvers: $(STAMP)  ## our epoch vs scikit-learn's; DuHL vs streaming (QUICK=1: small)
-	$(PY) -m pipelines.bench_solvers $(if $(QUICK),--quick) $(ARGS)
+	$(PY) -m pipelines.bench.solvers $(if $(QUICK),--quick) $(ARGS)
 
 bench-gpu: install-gpu  ## GPU epochs vs the HBM floor, swap GB/s, DuHL vs sequential (needs a GPU)
-	$(PY) -m pipelines.bench_gpu $(if $(QUICK),--quick) $(ARGS)
+	$(PY) -m pipelines.bench.gpu $(if $(QUICK),--quick) $(ARGS)

@@ -3,62 +3,35 @@
 The top level and each group option have a dataclass, stored in Hydra's
 ConfigStore; the YAML files in conf/ extend them (``defaults: [/schema/<group>/<x>@_here_]``),
 so an unknown key or a value of the wrong type fails while Hydra composes the
-config, with its one-line message, before any data is made. Range checks that
-a type cannot express (n_samples >= 1, memory_budget in (0, 1]) are the
-components' own validation, run by ``pipelines.experiment`` at start-up.
+config. Ranges live in the dataclasses too (a field's rule, or the rule of its
+name in ``solvers.glm.checks.RULES``): :func:`check_config` checks every group
+against them before any data is made, with scikit-learn's one-line message.
+The model schemas are made from the model registry (``solvers.glm.models``),
+so a new model needs no schema here.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass, make_dataclass
 from typing import Any, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
+from solvers.glm.checks import DEVICES, Either, Integer, Options, Real, check, check_fields, ruled
+from solvers.glm.models import MODELS
 from tasks.cluster import (ClusterConfig, LocalClusterConfig, LocalCudaClusterConfig, RemoteClusterConfig,
                            SlurmClusterConfig)
 from tasks.data import LibsvmData, SklearnData, SphereData, SyntheticDenseData, SyntheticSparseData
 
-
-# Models: the keys are make_problem's keyword arguments (plus the model's name).
-@dataclass
-class LassoModel:
-    name: str = "lasso"
-    alpha: float = 1.0
-    fit_intercept: bool = True
+POSITIVE = Real(0, None, "neither")
 
 
-@dataclass
-class ElasticNetModel:
-    name: str = "elastic_net"
-    alpha: float = 1.0
-    l1_ratio: float = 0.5
-    fit_intercept: bool = True
-
-
-@dataclass
-class RidgeModel:
-    name: str = "ridge"
-    alpha: float = 1.0
-    fit_intercept: bool = True
-
-
-@dataclass
-class SvmModel:
-    name: str = "svm"
-    C: float = 1.0
-    loss: str = "hinge"
-    fit_intercept: bool = True
-    intercept_scaling: float = 1.0
-
-
-@dataclass
-class LogisticModel:
-    name: str = "logistic"
-    C: float = 1.0
-    fit_intercept: bool = True
-    intercept_scaling: float = 1.0
+def model_schema(model) -> type:
+    """The config dataclass of a registered GLM: its name and make_problem's named parameters."""
+    fields = [("name", str, field(default=model.name))]
+    fields += [(name, type(default), field(default=default)) for name, default in model.params.items()]
+    return make_dataclass(f"{model.estimator}Model", fields)
 
 
 @dataclass
@@ -67,7 +40,7 @@ class MlpModel:
 
     name: str = "mlp"
     hidden: int = 32
-    alpha: float = 1e-4
+    alpha: float = ruled(1e-4, Real(0))
 
 
 @dataclass
@@ -83,7 +56,7 @@ class SolverConfig:
 
 @dataclass
 class CocoaSolverConfig(SolverConfig):
-    """CoCoA+ (tasks.distributed_arms.CocoaArm): local_epochs is H; a memory_budget
+    """CoCoA+ (tasks.distributed_glm.arms.CocoaArm): local_epochs is H; a memory_budget
     (device/) makes each part's local solver DuHL, null in-memory SCD."""
 
     name: str = "cocoa"
@@ -94,19 +67,19 @@ class CocoaSolverConfig(SolverConfig):
 
 @dataclass
 class DianaSolverConfig(SolverConfig):
-    """DIANA and its baselines (tasks.distributed_arms.DianaArm); max_epochs caps the rounds."""
+    """DIANA and its baselines (tasks.distributed_glm.arms.DianaArm); max_epochs caps the rounds."""
 
     name: str = "diana"
     n_workers: int = 4
     method: str = "diana"  # diana | gd | no_shift | ef21
-    compressor: Any = "identity"  # a name or a mapping (solvers.compression.make_compressor)
+    compressor: Any = "identity"  # a name or a mapping (solvers.distributed_glm.compression.make_compressor)
     gamma: Optional[float] = None  # None: from L and omega
     shift_lr: Optional[float] = None  # None: 1 / (1 + omega)
 
 
 @dataclass
 class DeviceConfig:
-    name: str = "cpu"
+    name: str = ruled("cpu", Options(DEVICES))
     # A fraction of the data's bytes in (0, 1], a size like "512MB", or null
     # (all data on the device). Any: OmegaConf has no float-or-str type.
     memory_budget: Any = 0.25
@@ -114,8 +87,8 @@ class DeviceConfig:
     # of their swap (DuHL's prefetch): "auto" (0.2 on the GPU devices, 0 on the CPU)
     # or a float in [0, 1).
     prefetch: Any = "auto"
-    # How a GPU device computes its block's gaps: "tpa" (a thread block per coordinate)
-    # or "blas" (one cuBLAS matrix-vector product; dense data).
+    # How a GPU device computes its resident set's gaps: "tpa" (a thread block per
+    # coordinate) or "blas" (one cuBLAS matrix-vector product; dense data).
     gap_kernel: str = "tpa"
     # The most coordinates a GPU epoch updates at once: "auto" (sqrt of the epoch's
     # coordinates) or an int >= 1.
@@ -127,42 +100,42 @@ class TrackingConfig:
     enabled: bool = True
     uri: Optional[str] = None  # None: $MLFLOW_TRACKING_URI, else sqlite:///<project>/mlflow.db
     experiment_name: str = "${experiment.name}"
-    flush_every_s: float = 5.0  # metrics are buffered and sent in batches
+    flush_every_s: float = ruled(5.0, Real(0))  # metrics are buffered and sent in batches
     # Rows sent to MLflow: one per 1/points_per_decade decade of rel_gap, one
     # per min_interval_s, the target crossing and the last (0 = every round).
     # Every round is in the trace CSV artifact.
-    points_per_decade: int = 5
-    min_interval_s: float = 2.0
+    points_per_decade: int = ruled(5, Integer(0))
+    min_interval_s: float = ruled(2.0, Real(0))
 
 
 @dataclass
 class DistBeliefSpec:
     """experiment.kind=distbelief: what every arm shares (pipelines.distbelief)."""
 
-    target_loss: Optional[float] = None  # time / samples to this training loss ...
-    target_accuracy: Optional[float] = None  # ... and to this test accuracy
+    target_loss: Optional[float] = ruled(None, Either(None, Real()))  # time / samples to this training loss ...
+    target_accuracy: Optional[float] = ruled(None, Either(None, Real(0, 1)))  # ... and this test accuracy
     stop_at_target: bool = True  # False: every arm runs to max_time
     lr: float = 0.1  # Downpour: the fixed rate, or Adagrad's gamma
     batch_size: int = 32
-    warmup_steps: int = 0  # Downpour: replica 0 alone for this many pushes
-    eval_every_s: float = 0.5
-    n_eval: int = 20000  # train / test rows the driver evaluates on
-    n_shards: int = 2  # parameter-server shards
-    test_fraction: float = 0.2
-    shuffle_seed: Optional[int] = 0  # the train/test split; None: file order
+    warmup_steps: int = ruled(0, Integer(0))  # Downpour: replica 0 alone for this many pushes
+    eval_every_s: float = ruled(0.5, POSITIVE)
+    n_eval: int = ruled(20000, Integer(1))  # train / test rows the driver evaluates on
+    n_shards: int = ruled(2, Integer(1))  # parameter-server shards
+    test_fraction: float = ruled(0.2, Real(0, 1, "neither"))
+    shuffle_seed: Optional[int] = ruled(0, Either(None, Integer(0)))  # the train/test split; None: file order
 
 
 @dataclass
 class ExperimentSpec:
-    kind: str = "duhl"  # duhl | distbelief (pipelines.distbelief runs it)
+    kind: str = ruled("glm", Options(("glm", "distbelief")))  # glm: DuHL, peers, CoCoA+, DIANA arms
     name: str = "duhl"
-    target_rel_gap: float = 1e-6  # every arm runs to this rel_gap ...
-    target_suboptimality: float = 1e-6  # ... or, arms without a gap (DIANA), to this F - F*
+    target_rel_gap: float = ruled(1e-6, POSITIVE)  # every arm runs to this rel_gap ...
+    target_suboptimality: float = ruled(1e-6, POSITIVE)  # ... or, arms without a gap (DIANA), to this F - F*
     max_time: Optional[float] = 60.0  # ... or this many seconds (per arm)
     main_arm: str = "gap"  # the arm whose speedups are reported
     baselines: List[str] = field(default_factory=lambda: ["sequential", "random"])
-    # name -> overrides of the solver settings (keys of SolverConfig, or
-    # memory_budget / max_time); empty = one arm with the solver as configured.
+    # name -> overrides of the solver settings (keys of the solver's schema, or
+    # memory_budget / max_time / a device setting); empty = one arm with the solver as configured.
     arms: Dict[str, Any] = field(default_factory=dict)
     distbelief: DistBeliefSpec = field(default_factory=DistBeliefSpec)
 
@@ -176,7 +149,7 @@ class Config:
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     experiment: ExperimentSpec = field(default_factory=ExperimentSpec)
-    seed: int = 0
+    seed: int = ruled(0, Integer(0))
     progress: bool = True  # progress bars (only ever on a terminal)
     cache_dir: str = ".cache/data"  # relative paths start at the project root
 
@@ -185,16 +158,15 @@ class Config:
 # extends one with `- /schema/<group>/<name>@_here_` (kept out of the group
 # itself so that `model=...` lists only real options).
 SCHEMAS = {
-    "model": {"lasso": LassoModel, "elastic_net": ElasticNetModel, "ridge": RidgeModel,
-              "svm": SvmModel, "logistic": LogisticModel, "mlp": MlpModel},
+    "model": {**{name: model_schema(m) for name, m in MODELS.items()}, "mlp": MlpModel},
     "data": {"synthetic_dense": SyntheticDenseData, "synthetic_sparse": SyntheticSparseData,
              "libsvm": LibsvmData, "sklearn": SklearnData, "sphere": SphereData},
     "solver": {"duhl": SolverConfig, "cocoa": CocoaSolverConfig, "diana": DianaSolverConfig},
     "device": {"base": DeviceConfig},
     "cluster": {"base": ClusterConfig, "local": LocalClusterConfig, "local_cuda": LocalCudaClusterConfig,
-                "remote": RemoteClusterConfig,
-                "slurm": SlurmClusterConfig},
+                "remote": RemoteClusterConfig, "slurm": SlurmClusterConfig},
     "tracking": {"base": TrackingConfig},
+    "experiment": {"base": ExperimentSpec},
 }
 
 
@@ -202,14 +174,38 @@ def register_configs() -> None:
     cs = ConfigStore.instance()
     cs.store(name="base_config", node=Config)
     for group, schemas in SCHEMAS.items():
+        if group == "experiment":
+            continue  # presets are @package _global_ deltas of Config
         for name, node in schemas.items():
             cs.store(group=f"schema/{group}", name=name, node=node)
 
 
+def solver_schema(name: str) -> type:
+    """The schema of a solver's settings (DuHL's for a peer)."""
+    return SCHEMAS["solver"].get(name, SolverConfig)
+
+
+def checked(schema: type, node: Dict[str, Any], owner: str) -> Any:
+    """``node`` as an instance of ``schema``: OmegaConf's error on an unknown key or a
+    wrong type, scikit-learn's one-line message on a value out of range."""
+    instance = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), node))
+    check_fields(owner, instance)
+    for f in fields(instance):  # nested sections (experiment.distbelief)
+        if is_dataclass(getattr(instance, f.name)):
+            check_fields(f"{owner}.{f.name}", getattr(instance, f.name))
+    return instance
+
+
 def check_config(cfg: DictConfig) -> None:
-    """Check each group against its schema again: ``+group.key=value`` can add a
-    key that composition lets through. Raises OmegaConf's error naming the key."""
+    """Every group against its schema and ranges. Composition already refused unknown
+    keys, but ``+group.key=value`` can add one; this is the only range check of the
+    config layer (the solvers check their own arguments again when built)."""
     for group, schemas in SCHEMAS.items():
         node = OmegaConf.to_container(cfg[group], resolve=True)
-        schema = schemas.get(node.get("name"), next(iter(schemas.values())))
-        OmegaConf.merge(OmegaConf.structured(schema), node)
+        name = node.get("name", "base")
+        schema = schemas.get(name, schemas.get("base", next(iter(schemas.values()))))
+        owner = f"{group} '{name}'" if group in ("model", "data", "cluster") else group
+        checked(schema, node, owner)
+    for f in fields(Config):  # the top level's own keys (seed)
+        if "rule" in f.metadata:
+            check("config", f.name, cfg[f.name], f.metadata["rule"])

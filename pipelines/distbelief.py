@@ -1,126 +1,181 @@
-"""The DistBelief comparison (Dean et al. 2012, Fig. 4-5): single-replica SGD,
-Downpour with a fixed rate, Downpour with Adagrad, Sandblaster L-BFGS on the
-same data and model: time and samples to a target training loss and to a
-target test accuracy, one table.
+"""A DistBelief experiment (``experiment.kind: distbelief``; Dean et al. 2012, Fig. 4-5):
+single-replica SGD, Downpour with a fixed rate, Downpour with Adagrad, Sandblaster
+L-BFGS on the same data and model: time and samples to a target training loss
+and to a target test accuracy.
 
-    python -m pipelines.distbelief --data w8a --model logistic --target-loss 0.14
-    python -m pipelines.distbelief --data sphere --model mlp --target-accuracy 0.9
-
-The Hydra experiment is ``python -m pipelines.experiment experiment=distbelief``
-(pipelines.distbelief_experiment); this runner is a quick standalone look.
+:func:`plan` does every check that needs no data (one line, no run opened);
+:func:`run` opens the cluster, runs each arm (``experiment.arms``: an ``algo``
+of ``downpour`` / ``sandblaster`` and that runner's keyword arguments) in a
+nested MLflow run with its curves (time_s, samples, train_loss, test_accuracy,
+staleness_mean, staleness_max), and reports with ``pipelines.report``.
 """
 
 from __future__ import annotations
 
-import argparse
+import inspect
+import json
 import math
+import os
+import time
 from pathlib import Path
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, List
 
-import pandas as pd
-from rich.console import Console
+from omegaconf import DictConfig, OmegaConf
 from rich.table import Table
 
-from tasks.distbelief_common import data_spec
-from tasks.downpour import run_downpour
-from tasks.sandblaster import run_sandblaster
+from pipelines import report
+from pipelines.config import check_config
+from pipelines.tracking import PROJECT_ROOT, SWEEP_PARENT_ENV, flatten
+from solvers.distbelief.models import make_model
+from tasks.cluster import connect, validate_cluster_config
+from tasks.data import cache_key, load_dataset, resolve_path, validate_data_config
+from tasks.distbelief.common import build_model, data_spec
+from tasks.distbelief.downpour import run_downpour
+from tasks.distbelief.sandblaster import run_sandblaster
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
-
-ARMS: Dict[str, Dict[str, Any]] = {
-    "sgd_1": {"algo": "downpour", "n_replicas": 1, "rule": "fixed"},
-    "downpour_fixed": {"algo": "downpour", "rule": "fixed"},
-    "downpour_adagrad": {"algo": "downpour", "rule": "adagrad"},
-    "sandblaster_lbfgs": {"algo": "sandblaster"},
-}
-
-
-def first_hit(trace: pd.DataFrame, column: str, target: Optional[float], above: bool) -> tuple:
-    if target is None or column not in trace:
-        return math.nan, math.nan
-    hits = trace[trace[column] >= target] if above else trace[trace[column] <= target]
-    if not len(hits):
-        return math.nan, math.nan
-    return float(hits["time_s"].iloc[0]), float(hits["samples"].iloc[0])
+RUNNERS = {"downpour": run_downpour, "sandblaster": run_sandblaster}
+# Set by the pipeline, not by an arm.
+RESERVED = {"client", "spec", "model_cfg", "callback", "on_start", "on_round", "target_loss", "target_accuracy",
+            "snapshot_dir"}
+MODELS = ("logistic", "svm", "mlp", "ridge")
 
 
-def run_arm(client, spec, model_cfg: Mapping[str, Any], arm: Mapping[str, Any], **common):
-    arm = dict(arm)
-    algo = arm.pop("algo")
-    if algo == "downpour":
-        return run_downpour(client, spec, model_cfg, **arm, **{k: v for k, v in common.items()
-                                                                if k in ("max_time", "target_loss", "target_accuracy",
-                                                                         "lr", "batch_size", "seed", "eval_every_s",
-                                                                         "warmup_steps", "n_eval")})
-    return run_sandblaster(client, spec, model_cfg, **arm, **{k: v for k, v in common.items()
-                                                              if k in ("max_time", "target_loss", "target_accuracy",
-                                                                       "seed", "n_eval")})
+def runner_keys(algo: str) -> set:
+    params = inspect.signature(RUNNERS[algo]).parameters
+    return {n for n, p in params.items() if p.kind == p.KEYWORD_ONLY} - RESERVED
 
 
-def arm_row(name: str, result, target_loss, target_accuracy) -> Dict[str, Any]:
-    tl, sl = first_hit(result.trace, "train_loss", target_loss, above=False)
-    ta, sa = first_hit(result.trace, "test_accuracy", target_accuracy, above=True)
-    return {"arm": name, "status": result.status, "time_to_target_s": tl, "samples_to_target": sl,
-            "time_to_accuracy_s": ta, "samples_to_accuracy": sa, "final_train_loss": result.train_loss,
-            "final_test_accuracy": result.test_accuracy, "time_s": result.time_s,
-            "failures": len(result.failures)}
+def plan(cfg: DictConfig) -> Dict[str, Any]:
+    """Every check that needs no data; raises ValueError (one line)."""
+    check_config(cfg)
+    cluster = validate_cluster_config(cfg.cluster)
+    if cluster.name == "none":
+        raise ValueError("The 'name' parameter of cluster must name a Dask cluster for experiment.kind="
+                         "'distbelief' (e.g. cluster=local). Got 'none' instead.")
+    data = validate_data_config(OmegaConf.to_container(cfg.data, resolve=True))
+    cache_key(data, PROJECT_ROOT)  # a missing data file fails here
+    model = OmegaConf.to_container(cfg.model, resolve=True)
+    if model["name"] not in MODELS:
+        raise ValueError(f"The 'name' parameter of model must be one of {list(MODELS)} for experiment.kind="
+                         f"'distbelief'. Got {model['name']!r} instead.")
+    model = {k: v for k, v in model.items() if k in ("name", "C", "alpha", "hidden")}
+    make_model("least_squares" if model["name"] == "ridge" else model["name"], 2,
+               **({"hidden": model["hidden"]} if model["name"] == "mlp" else {}))  # the model's own checks
+    db = OmegaConf.to_container(cfg.experiment.distbelief, resolve=True)
+    max_time = cfg.experiment.max_time
+    if max_time is None:
+        raise ValueError("The 'max_time' parameter of experiment must be a float > 0 for experiment.kind="
+                         "'distbelief'. Got None instead.")
+    arms = {}
+    for name, arm in (OmegaConf.to_container(cfg.experiment.arms, resolve=True) or {}).items():
+        arm = dict(arm or {})
+        algo = arm.pop("algo", None)
+        if algo not in RUNNERS:
+            raise ValueError(f"The 'algo' parameter of arm '{name}' must be one of {sorted(RUNNERS)}. "
+                             f"Got {algo!r} instead.")
+        unknown = sorted(set(arm) - runner_keys(algo))
+        if unknown:
+            raise ValueError(f"Arm '{name}' has unknown key(s) {unknown}. Known: {sorted(runner_keys(algo))}.")
+        shared = {k: v for k, v in db.items() if k in runner_keys(algo)}
+        arms[name] = {"algo": algo, **shared, "max_time": float(max_time), "seed": int(cfg.seed), **arm}
+    if not arms:
+        raise ValueError("The 'arms' parameter of experiment must name at least one arm for experiment.kind="
+                         "'distbelief'.")
+    for role, names in (("main_arm", [cfg.experiment.main_arm]), ("baselines", list(cfg.experiment.baselines))):
+        missing = [n for n in names if n not in arms]
+        if missing:
+            raise ValueError(f"The '{role}' parameter of experiment names arm(s) {missing} that are not in "
+                             f"experiment.arms {sorted(arms)}.")
+    return {"data": data, "model": model, "arms": arms, "settings": db}
 
 
-def table(rows, target_loss, target_accuracy) -> Table:
+def table(loss: Dict[str, report.ArmStats], accuracy: Dict[str, report.ArmStats], failures: Dict[str, int],
+          target_loss, target_accuracy) -> Table:
     t = Table(title=f"DistBelief: to train loss <= {target_loss} / test accuracy >= {target_accuracy} "
                     "('-': not reached)")
     for c in ("arm", "status", "time to loss (s)", "samples to loss", "time to acc. (s)", "samples to acc.",
               "final loss", "final acc.", "run (s)", "failures"):
         t.add_column(c, justify="left" if c in ("arm", "status") else "right")
-    f = lambda v, fmt: "-" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, fmt)  # noqa: E731
-    for r in rows:
-        t.add_row(r["arm"], r["status"], f(r["time_to_target_s"], ".2f"), f(r["samples_to_target"], ".0f"),
-                  f(r["time_to_accuracy_s"], ".2f"), f(r["samples_to_accuracy"], ".0f"),
-                  f(r["final_train_loss"], ".4f"), f(r["final_test_accuracy"], ".4f"), f(r["time_s"], ".1f"),
-                  str(r["failures"]))
+
+    def f(v, fmt):
+        return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, fmt)
+
+    for name, s in loss.items():
+        a = accuracy[name]
+        t.add_row(name, s.status, f(s.time_to_target_s, ".2f"), f(s.samples_to_target, ".0f"),
+                  f(a.time_to_target_s, ".2f"), f(a.samples_to_target, ".0f"), f(s.final, ".4f"),
+                  f(a.final, ".4f"), f(s.time_s, ".1f"), str(failures[name]))
     return t
 
 
-def main(argv=None) -> list:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--data", choices=["w8a", "sphere"], default="w8a")
-    p.add_argument("--model", choices=["logistic", "svm", "mlp"], default="logistic")
-    p.add_argument("--hidden", type=int, default=32)
-    p.add_argument("--arms", default=",".join(ARMS))
-    p.add_argument("--target-loss", type=float, default=None)
-    p.add_argument("--target-accuracy", type=float, default=None)
-    p.add_argument("--max-time", type=float, default=30.0)
-    p.add_argument("--lr", type=float, default=0.1)
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--run-to-end", action="store_true", help="do not stop arms at the targets")
-    a = p.parse_args(argv)
-    from dask.distributed import Client, LocalCluster
-
-    from tasks.data import LibsvmData, load_dataset
-    from tasks.distbelief_data import sphere_dataset
-
-    cache = PROJECT_ROOT / ".cache" / "data"
-    ds = (load_dataset(LibsvmData(path=str(PROJECT_ROOT.parent / "shared/datasets/w8a"), n_features=300), cache,
-                       PROJECT_ROOT) if a.data == "w8a" else sphere_dataset(cache))
-    spec = data_spec(ds)
-    model_cfg = {"name": a.model, "C": 1.0, **({"hidden": a.hidden, "alpha": 1e-4} if a.model == "mlp" else {})}
-    console = Console(width=160)
-    console.print(f"data {a.data}: {spec.n_rows} x {spec.n_features} (train {spec.n_train}), model {model_cfg}")
-    rows = []
-    with LocalCluster(n_workers=a.workers, threads_per_worker=1, processes=True, dashboard_address=None,
-                      memory_limit=0) as cluster, Client(cluster) as client:
-        client.wait_for_workers(a.workers, timeout=120)
-        for name in a.arms.split(","):
-            result = run_arm(client, spec, model_cfg, ARMS[name], max_time=a.max_time, lr=a.lr,
-                             batch_size=a.batch_size, eval_every_s=0.5,
-                             target_loss=None if a.run_to_end else a.target_loss,
-                             target_accuracy=None if a.run_to_end else a.target_accuracy)
-            rows.append(arm_row(name, result, a.target_loss, a.target_accuracy))
-            console.print(f"{name}: {result.status} in {result.time_s:.1f}s, counters {result.counters}")
-    console.print(table(rows, a.target_loss, a.target_accuracy))
-    return rows
+def _failures(failures: List[dict]) -> str:
+    if not failures:
+        return "none"
+    return "; ".join(f"{f['time_s']:.1f}s {f['what']}" for f in failures)[:5000]
 
 
-if __name__ == "__main__":
-    main()
+def _stats(trace, target, status, metric) -> report.ArmStats:
+    # a target not set is never reached: below any loss, above any accuracy
+    unset = math.inf if metric in report.RISING else -math.inf
+    return report.arm_stats(trace, unset if target is None else target, status, metric)
+
+
+def run(cfg: DictConfig, p: Dict[str, Any], tracker: Any, tags: Dict[str, str], run_name: str,
+        output_dir: Path, console: Any, started: float) -> Dict[str, Dict[str, Any]]:
+    db = p["settings"]
+    target_loss, target_accuracy = db["target_loss"], db["target_accuracy"]
+    stop_at = db["stop_at_target"]
+    loss: Dict[str, report.ArmStats] = {}
+    accuracy: Dict[str, report.ArmStats] = {}
+    failures: Dict[str, int] = {}
+    with tracker.run(run_name, os.environ.get(SWEEP_PARENT_ENV), tags["parent"]) as parent_id:
+        tracker.log_params(parent_id, flatten(OmegaConf.to_container(cfg, resolve=True)))
+        dataset = load_dataset(p["data"], resolve_path(cfg.cache_dir, PROJECT_ROOT), PROJECT_ROOT)
+        spec = data_spec(dataset, db["test_fraction"], db["shuffle_seed"])
+        n_params = build_model(p["model"], spec.n_features, spec.n_train).n_params
+        console.print(f"data: {p['data'].name} {spec.n_rows} x {spec.n_features} (train {spec.n_train}, "
+                      f"shuffled split seed {spec.shuffle_seed}), model {p['model']} ({n_params} parameters)")
+        (output_dir / "traces").mkdir(parents=True, exist_ok=True)
+        with connect(cfg.cluster) as client:
+            for name, settings in p["arms"].items():
+                kwargs = dict(settings)
+                algo = kwargs.pop("algo")
+                if algo == "downpour":
+                    kwargs["snapshot_dir"] = str(output_dir / "snapshots" / name)
+                with tracker.run(name, parent_id, {**tags["arm"], "arm": name, "algo": algo}) as arm_id:
+                    tracker.log_params(arm_id, {"arm": name, "algo": algo, **kwargs})
+                    result = RUNNERS[algo](client, spec, p["model"], **kwargs,
+                                           target_loss=target_loss if stop_at else None,
+                                           target_accuracy=target_accuracy if stop_at else None,
+                                           callback=lambda row, arm_id=arm_id: tracker.log_round(arm_id, row))
+                    loss[name] = _stats(result.trace, target_loss, result.status, "train_loss")
+                    accuracy[name] = _stats(result.trace, target_accuracy, result.status, "test_accuracy")
+                    failures[name] = len(result.failures)
+                    metrics = {**loss[name].run_metrics(), "final_test_accuracy": accuracy[name].final,
+                               "failures": failures[name]}
+                    if accuracy[name].reached:
+                        metrics.update(time_to_accuracy_s=accuracy[name].time_to_target_s,
+                                       samples_to_accuracy=accuracy[name].samples_to_target)
+                    tracker.log_metrics(arm_id, metrics)
+                    tracker.set_tags(arm_id, {"status": result.status, "failures": _failures(result.failures),
+                                              "counters": json.dumps(result.counters, default=str)[:5000]})
+                    csv = output_dir / "traces" / f"{name}.csv"
+                    result.trace.to_csv(csv, index=False)
+                    tracker.log_artifact(arm_id, csv)
+                console.print(f"{name}: {result.status} in {result.time_s:.1f}s, counters {result.counters}")
+        console.print(table(loss, accuracy, failures, target_loss, target_accuracy))
+        main_arm = cfg.experiment.main_arm
+        ups = {k: v for k, v in report.speedup_metrics(loss, main_arm).items()
+               if k[len("speedup_vs_"):] in cfg.experiment.baselines}
+        for key, value in ups.items():
+            console.print(f"{main_arm} reached train loss {target_loss} {value:.2f}x sooner than {key[11:]}")
+        n_failures = sum(failures.values())
+        tracker.set_tags(parent_id, {"main_arm": main_arm, "failures": n_failures})
+        tracker.log_artifact(parent_id, output_dir / ".hydra", ".hydra")
+        wall_s = time.perf_counter() - started
+        tracker.log_metrics(parent_id, {**ups, "wall_s": wall_s, "failures": n_failures,
+                                        "tracking_s": tracker.seconds, "tracking_setup_s": tracker.setup_s})
+    if tracker.enabled:
+        console.print(f"tracking: {tracker.seconds:.2f}s in MLflow calls of {wall_s:.1f}s wall time ({tracker.uri})")
+    return {name: {**loss[name].run_metrics(), "final_test_accuracy": accuracy[name].final,
+                   "failures": failures[name], "status": loss[name].status} for name in loss}

@@ -1,9 +1,12 @@
 """The end of an experiment: per-arm numbers, speedups, a table, plots, a verdict.
 
 Everything here is computed from the arms' traces (flat rows in the metric
-vocabulary), never from a solver's internals, so any solver's arms compare.
-The target applies to ``rel_gap``, or to ``suboptimality`` in traces without a
-gap (DIANA); ``bits_sent`` (distributed arms) gives bits to the target and a plot.
+vocabulary), never from a solver's internals, so every family's arms compare
+the same way: "the first row at the target" and speedups are computed here
+only. The target applies to ``rel_gap``, to ``suboptimality`` in traces without
+a gap (DIANA), or to ``train_loss`` (DistBelief, which also follows
+``test_accuracy``); ``bits_sent`` (distributed arms) gives bits to the target
+and a plot.
 """
 
 from __future__ import annotations
@@ -19,54 +22,76 @@ from rich.table import Table
 
 @dataclass
 class ArmStats:
-    """One arm's result against the experiment's target rel_gap."""
+    """One arm's result against a target on one trace column (``metric``)."""
 
     reached: bool
     time_to_target_s: float  # NaN when the target was not reached
     epochs_to_target: float
     bytes_to_target: float
-    final_rel_gap: float
+    final: float  # the metric's last value
     time_s: float  # the whole run
     epochs: float
     bytes_h2d: float
     status: str = ""
-    metric: str = "rel_gap"  # final_rel_gap holds this column's last value
+    metric: str = "rel_gap"
     bits_to_target: float = math.nan
     bits_sent: float = math.nan  # the whole run (NaN: the solver sends nothing)
+    samples_to_target: float = math.nan
+    samples: float = math.nan
 
     def run_metrics(self) -> Dict[str, float]:
         """The per-run metrics of the vocabulary (to-target ones only when reached)."""
-        metrics = {f"final_{self.metric}": self.final_rel_gap, "reached_target": float(self.reached)}
+        metrics = {f"final_{self.metric}": self.final, "reached_target": float(self.reached)}
         if self.reached:
             metrics.update({k: v for k, v in (("time_to_target_s", self.time_to_target_s),
                                               ("epochs_to_target", self.epochs_to_target),
                                               ("bytes_to_target", self.bytes_to_target),
-                                              ("bits_to_target", self.bits_to_target)) if not math.isnan(v)})
+                                              ("bits_to_target", self.bits_to_target),
+                                              ("samples_to_target", self.samples_to_target))
+                            if not math.isnan(v)})
         return metrics
 
 
+LABELS = {"rel_gap": "relative duality gap", "suboptimality": "suboptimality F - F*",
+          "train_loss": "training loss", "test_accuracy": "test accuracy"}
+# Columns whose target is a floor (reached from below); every other one is reached from above.
+RISING = ("test_accuracy",)
+
+
 def progress_metric(trace: pd.DataFrame) -> str:
-    """rel_gap when the trace has a gap, else suboptimality (DIANA)."""
-    return "rel_gap" if "rel_gap" in trace.columns else "suboptimality"
+    """rel_gap when the trace has a gap, else suboptimality (DIANA), else train_loss (DistBelief)."""
+    for column in ("rel_gap", "suboptimality", "train_loss"):
+        if column in trace.columns:
+            return column
+    raise ValueError(f"a trace with none of rel_gap, suboptimality, train_loss: {list(trace.columns)}")
 
 
-def arm_stats(trace: pd.DataFrame, target_rel_gap: float, status: str = "") -> ArmStats:
-    metric = progress_metric(trace)
+def first_hit(trace: pd.DataFrame, column: str, target: float) -> Optional[pd.Series]:
+    """The first row at or below the target (at or above it for a rising column), or None."""
+    if column not in trace.columns:
+        return None
+    values = trace[column]
+    hits = trace[values >= target] if column in RISING else trace[values <= target]
+    return hits.iloc[0] if len(hits) else None
+
+
+def arm_stats(trace: pd.DataFrame, target: float, status: str = "", metric: Optional[str] = None) -> ArmStats:
+    """The arm's numbers at the first row that reaches ``target`` on ``metric``
+    (default: the trace's progress metric), and over the whole run."""
+    metric = metric or progress_metric(trace)
     last = trace.iloc[-1]
-    hits = trace[trace[metric] <= target_rel_gap]
-    first = hits.iloc[0] if len(hits) else None
-    nan = math.nan
+    first = first_hit(trace, metric, target)
 
     def at(row, column):
-        return float(row[column]) if row is not None and column in trace.columns else nan
+        return float(row[column]) if row is not None and column in trace.columns else math.nan
 
     return ArmStats(
         reached=first is not None,
         time_to_target_s=at(first, "time_s"), epochs_to_target=at(first, "epoch"),
-        bytes_to_target=at(first, "bytes_h2d"),
-        final_rel_gap=float(last[metric]),
+        bytes_to_target=at(first, "bytes_h2d"), final=float(last[metric]),
         time_s=float(last["time_s"]), epochs=at(last, "epoch"), bytes_h2d=at(last, "bytes_h2d"),
-        status=status, metric=metric, bits_to_target=at(first, "bits_sent"), bits_sent=at(last, "bits_sent"))
+        status=status, metric=metric, bits_to_target=at(first, "bits_sent"), bits_sent=at(last, "bits_sent"),
+        samples_to_target=at(first, "samples"), samples=at(last, "samples"))
 
 
 @dataclass
@@ -97,11 +122,12 @@ def speedup_metrics(stats: Mapping[str, ArmStats], main_arm: str) -> Dict[str, f
     return metrics
 
 
-def table(stats: Mapping[str, ArmStats], baselines: List[str], target_rel_gap: float) -> Table:
+def table(stats: Mapping[str, ArmStats], baselines: List[str], target: float) -> Table:
     metric = next((s.metric for s in stats.values()), "rel_gap")
     with_bytes = any(not math.isnan(s.bytes_h2d) for s in stats.values())
     with_bits = any(not math.isnan(s.bits_sent) for s in stats.values())
-    t = Table(title=f"To {metric} <= {target_rel_gap:g} ('>': not reached, the whole run shown)")
+    t = Table(title=f"To {metric} {'>=' if metric in RISING else '<='} {target:g} "
+                    "('>': not reached, the whole run shown)")
     for column in ("arm", "status", "time (s)", "epochs", *(["GB host->device"] if with_bytes else []),
                    *(["Mbit sent"] if with_bits else []), f"final {metric}",
                    *(f"speedup vs {b}" for b in baselines)):
@@ -115,7 +141,7 @@ def table(stats: Mapping[str, ArmStats], baselines: List[str], target_rel_gap: f
                  f"{s.epochs_to_target:.1f}" if s.reached else f"> {s.epochs:.1f}",
                  *([f"{moved / 1e9:.3f}"] if with_bytes else []),
                  *([("" if s.reached else "> ") + f"{sent / 1e6:.3f}"] if with_bits else []),
-                 f"{s.final_rel_gap:.2e}"]
+                 f"{s.final:.2e}"]
         for b in baselines:
             sp = speedup(s, stats[b]) if b in stats and b != name else None
             cells.append(str(sp) if sp else "-")
@@ -124,23 +150,23 @@ def table(stats: Mapping[str, ArmStats], baselines: List[str], target_rel_gap: f
 
 
 def verdict(stats: Mapping[str, ArmStats], main_arm: str, baselines: List[str],
-            target_rel_gap: float) -> str:
+            target: float) -> str:
     main = stats.get(main_arm)
     if main is None:
         return f"No arm named '{main_arm}' ran."
     if not main.reached:
-        return (f"{main_arm} did not reach {main.metric} {target_rel_gap:g} "
-                f"(final {main.final_rel_gap:.2e} after {main.time_s:.1f}s, {main.status}).")
+        return (f"{main_arm} did not reach {main.metric} {target:g} "
+                f"(final {main.final:.2e} after {main.time_s:.1f}s, {main.status}).")
     parts = []
     for b in baselines:
         sp = speedup(main, stats[b]) if b in stats else None
         if sp is not None:
             parts.append(f"{sp} vs {b}")
     compared = "; speedup " + ", ".join(parts) if parts else ""
-    return f"{main_arm} reached {main.metric} {target_rel_gap:g} in {main.time_to_target_s:.2f}s{compared}."
+    return f"{main_arm} reached {main.metric} {target:g} in {main.time_to_target_s:.2f}s{compared}."
 
 
-def save_plots(traces: Mapping[str, pd.DataFrame], target_rel_gap: float, out_dir: Path,
+def save_plots(traces: Mapping[str, pd.DataFrame], target: float, out_dir: Path,
                title: str = "") -> List[Path]:
     """rel_gap (or suboptimality) against time, against bytes moved host->device and
     against bits sent (each when some trace has it), one line per arm."""
@@ -151,7 +177,7 @@ def save_plots(traces: Mapping[str, pd.DataFrame], target_rel_gap: float, out_di
 
     paths = []
     metric = progress_metric(next(iter(traces.values()))) if traces else "rel_gap"
-    ylabel = "relative duality gap" if metric == "rel_gap" else "suboptimality F - F*"
+    ylabel = LABELS.get(metric, metric)
     for x, label, scale, name in (("time_s", "time (s)", 1.0, "time"),
                                   ("bytes_h2d", "GB moved host -> device", 1e-9, "bytes"),
                                   ("bits_sent", "Mbit sent (all workers)", 1e-6, "bits")):
@@ -161,7 +187,7 @@ def save_plots(traces: Mapping[str, pd.DataFrame], target_rel_gap: float, out_di
         for arm, trace in traces.items():
             if x in trace.columns:
                 ax.plot(trace[x] * scale, trace[metric], label=arm)
-        ax.axhline(target_rel_gap, color="grey", linestyle=":", label="target")
+        ax.axhline(target, color="grey", linestyle=":", label="target")
         ax.set(yscale="log", xlabel=label, ylabel=ylabel, title=title)
         ax.legend()
         fig.tight_layout()

@@ -29,7 +29,19 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Mapping, Optional
 
+from solvers.glm.checks import Integer, Real, Rule, check_fields, ruled
+
 CLUSTERS = ("none", "local", "local_cuda", "remote", "slurm")
+
+
+TIMEOUT = Real(0, None, "neither")
+
+
+class SchedulerAddress(Rule):
+    text = "a scheduler address like 'tcp://host:8786'"
+
+    def ok(self, value):
+        return isinstance(value, str) and value not in ("", "???")
 
 
 @dataclass
@@ -41,11 +53,11 @@ class ClusterConfig:
 class LocalClusterConfig(ClusterConfig):
     name: str = "local"
     n_workers: int = 2
-    threads_per_worker: int = 1
+    threads_per_worker: int = ruled(1, Integer(1))
     memory_limit: Any = "auto"  # bytes, a size like "2GB", "auto" or 0 (no limit), per worker
     processes: bool = True
     dashboard_address: Optional[str] = None  # e.g. ":8787"; None: no dashboard
-    timeout_s: float = 60.0  # start-up and every wait on the cluster
+    timeout_s: float = ruled(60.0, TIMEOUT)  # start-up and every wait on the cluster
 
 
 @dataclass
@@ -56,16 +68,16 @@ class LocalCudaClusterConfig(ClusterConfig):
     CUDA_VISIBLE_DEVICES: Optional[str] = None  # e.g. "0,1"; None: every GPU
     device_memory_limit: Any = 0.8  # fraction of each GPU, or a size like "30GB"; spill beyond
     rmm_pool_size: Optional[str] = None  # e.g. "20GB": a memory pool per GPU
-    threads_per_worker: int = 1
+    threads_per_worker: int = ruled(1, Integer(1))
     dashboard_address: Optional[str] = None
-    timeout_s: float = 120.0
+    timeout_s: float = ruled(120.0, TIMEOUT)
 
 
 @dataclass
 class RemoteClusterConfig(ClusterConfig):
     name: str = "remote"
-    address: str = "???"  # tcp://host:8786 of a running dask scheduler
-    timeout_s: float = 60.0
+    address: str = ruled("???", SchedulerAddress())  # tcp://host:8786 of a running dask scheduler
+    timeout_s: float = ruled(60.0, TIMEOUT)
 
 
 @dataclass
@@ -75,16 +87,16 @@ class SlurmClusterConfig(ClusterConfig):
     name: str = "slurm"
     queue: Optional[str] = None
     account: Optional[str] = None
-    cores: int = 4  # per job
-    processes: int = 1  # worker processes per job
+    cores: int = ruled(4, Integer(1))  # per job
+    processes: int = ruled(1, Integer(1))  # worker processes per job
     memory: str = "16GB"  # per job
     walltime: str = "01:00:00"
     job_extra_directives: List[str] = field(default_factory=list)
     job_script_prologue: List[str] = field(default_factory=list)  # e.g. module load, venv activate
     local_directory: Optional[str] = None
     interface: Optional[str] = None
-    n_jobs: int = 2
-    timeout_s: float = 600.0  # batch queues can be slow to start jobs
+    n_jobs: int = ruled(2, Integer(1))
+    timeout_s: float = ruled(600.0, TIMEOUT)  # batch queues can be slow to start jobs
 
 
 SCHEMAS = {"none": ClusterConfig, "local": LocalClusterConfig, "local_cuda": LocalCudaClusterConfig,
@@ -117,21 +129,7 @@ def validate_cluster_config(cluster_cfg: Any):
     unknown = sorted(set(cfg) - known)
     if unknown:
         raise ValueError(f"Cluster '{name}' has unknown key(s) {unknown}. Known: {sorted(known)}.")
-    c = schema(**cfg)
-    if name == "local":
-        for key in ("n_workers", "threads_per_worker"):
-            value = getattr(c, key)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"The '{key}' parameter of cluster 'local' must be an int >= 1. Got {value!r} instead.")
-    if name == "remote" and (not isinstance(c.address, str) or c.address in ("", "???")):
-        raise ValueError("The 'address' parameter of cluster 'remote' must be a scheduler address like "
-                         f"'tcp://host:8786'. Got {c.address!r} instead.")
-    if name == "slurm" and (isinstance(c.n_jobs, bool) or not isinstance(c.n_jobs, int) or c.n_jobs < 1):
-        raise ValueError(f"The 'n_jobs' parameter of cluster 'slurm' must be an int >= 1. Got {c.n_jobs!r} instead.")
-    timeout = getattr(c, "timeout_s", 1.0)
-    if not (isinstance(timeout, (int, float)) and timeout > 0):
-        raise ValueError(f"The 'timeout_s' parameter of cluster '{name}' must be a number > 0. Got {timeout!r} instead.")
-    return c
+    return check_fields(f"cluster '{name}'", schema(**cfg))
 
 
 def _dashboard_kwargs(address: Optional[str]) -> Dict[str, Any]:

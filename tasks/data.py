@@ -26,6 +26,8 @@ from typing import Any, Callable, Optional
 import numpy as np
 import scipy.sparse as sp
 
+from solvers.glm.checks import Either, Integer, Options, Real, check, check_fields, ruled
+
 # Progress hook: called with (done, total) while a dataset is being made.
 ProgressFn = Callable[[int, int], None]
 
@@ -46,14 +48,14 @@ class SyntheticDenseData:
     """
 
     name: str = "synthetic_dense"
-    n_samples: int = 5000
-    n_features: int = 4000
-    n_informative: int = 40
-    correlation: float = 0.5
-    correlation_kind: str = "equicorrelated"
-    noise: float = 0.1
-    dtype: str = "float64"
-    seed: int = 0
+    n_samples: int = ruled(5000, Integer(1))
+    n_features: int = ruled(4000, Integer(1))
+    n_informative: int = ruled(40, Integer(1))
+    correlation: float = ruled(0.5, Real(0, 1, "left"))
+    correlation_kind: str = ruled("equicorrelated", Options(CORRELATION_KINDS))
+    noise: float = ruled(0.1, Real(0))
+    dtype: str = ruled("float64", Options(DTYPES))
+    seed: int = ruled(0, Integer(0))
 
 
 @dataclass
@@ -61,13 +63,13 @@ class SyntheticSparseData:
     """Sparse design (each entry non-zero with probability ``density``)."""
 
     name: str = "synthetic_sparse"
-    n_samples: int = 20000
-    n_features: int = 2000
-    density: float = 0.01
-    n_informative: int = 40
-    noise: float = 0.1
-    dtype: str = "float64"
-    seed: int = 0
+    n_samples: int = ruled(20000, Integer(1))
+    n_features: int = ruled(2000, Integer(1))
+    density: float = ruled(0.01, Real(0, 1, "right"))
+    n_informative: int = ruled(40, Integer(1))
+    noise: float = ruled(0.1, Real(0))
+    dtype: str = ruled("float64", Options(DTYPES))
+    seed: int = ruled(0, Integer(0))
 
 
 @dataclass
@@ -76,9 +78,9 @@ class LibsvmData:
 
     name: str = "libsvm"
     path: str = "../shared/datasets/w8a"
-    n_features: Optional[int] = None
-    max_samples: Optional[int] = None  # keep the first rows only (quick looks, tests)
-    dtype: str = "float64"
+    n_features: Optional[int] = ruled(None, Either(None, Integer(1)))
+    max_samples: Optional[int] = ruled(None, Either(None, Integer(1)))  # the first rows only (quick looks, tests)
+    dtype: str = ruled("float64", Options(DTYPES))
 
 
 @dataclass
@@ -86,7 +88,7 @@ class SklearnData:
     """One of scikit-learn's shipped datasets (no download)."""
 
     name: str = "sklearn"
-    dataset: str = "diabetes"
+    dataset: str = ruled("diabetes", Options(SHIPPED_SKLEARN_SETS))
     standardize: bool = True
 
 
@@ -97,10 +99,10 @@ class SphereData:
     the median: balanced). No linear model does much better than chance."""
 
     name: str = "sphere"
-    n_samples: int = 20000
-    n_features: int = 20
-    n_informative: int = 4
-    seed: int = 0
+    n_samples: int = ruled(20000, Integer(1))
+    n_features: int = ruled(20, Integer(1))
+    n_informative: int = ruled(4, Integer(1))
+    seed: int = ruled(0, Integer(0))
 
 
 DATA_CONFIGS = {c.name: c for c in (SyntheticDenseData, SyntheticSparseData, LibsvmData, SklearnData, SphereData)}
@@ -125,10 +127,6 @@ class Dataset:
 
 
 # ------------------------------------------------------------- validation ---
-def _fail(param: str, kind: str, rule: str, value: Any) -> None:
-    raise ValueError(f"The '{param}' parameter of data '{kind}' must be {rule}. Got {value!r} instead.")
-
-
 def validate_data_config(cfg: Any) -> Any:
     """Return the config as its dataclass, or raise a one-line ValueError."""
     cfg = dict(cfg) if not dataclasses.is_dataclass(cfg) else dataclasses.asdict(cfg)
@@ -139,35 +137,9 @@ def validate_data_config(cfg: Any) -> Any:
     unknown = sorted(set(cfg) - fields)
     if unknown:
         raise ValueError(f"Unknown key(s) {unknown} for data '{kind}'. Known: {sorted(fields)}.")
-    c = DATA_CONFIGS[kind](**cfg)
-
-    def positive_int(param: str) -> None:
-        value = getattr(c, param)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            _fail(param, kind, "an int >= 1", value)
-
-    if kind.startswith("synthetic") or kind == "sphere":
-        for param in ("n_samples", "n_features", "n_informative"):
-            positive_int(param)
-        if c.n_informative > c.n_features:
-            _fail("n_informative", kind, f"<= n_features ({c.n_features})", c.n_informative)
-        if not getattr(c, "noise", 0) >= 0:
-            _fail("noise", kind, "a float >= 0", c.noise)
-    if kind == "synthetic_dense":
-        if c.correlation_kind not in CORRELATION_KINDS:
-            _fail("correlation_kind", kind, f"one of {CORRELATION_KINDS}", c.correlation_kind)
-        if not 0 <= c.correlation < 1:
-            _fail("correlation", kind, "a float in [0, 1)", c.correlation)
-    if kind == "synthetic_sparse" and not 0 < c.density <= 1:
-        _fail("density", kind, "a float in (0, 1]", c.density)
-    if kind == "libsvm":
-        for param in ("n_features", "max_samples"):
-            if getattr(c, param) is not None:
-                positive_int(param)
-    if kind == "sklearn" and c.dataset not in SHIPPED_SKLEARN_SETS:
-        _fail("dataset", kind, f"one of {SHIPPED_SKLEARN_SETS}", c.dataset)
-    if getattr(c, "dtype", "float64") not in DTYPES:
-        _fail("dtype", kind, f"one of {DTYPES}", c.dtype)
+    c = check_fields(f"data '{kind}'", DATA_CONFIGS[kind](**cfg))
+    if hasattr(c, "n_informative") and c.n_informative > c.n_features:
+        check(f"data '{kind}'", "n_informative", c.n_informative, Integer(1, c.n_features))
     return c
 
 

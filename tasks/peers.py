@@ -3,7 +3,7 @@
 A peer runs at a schedule of its own tolerances (or iteration caps); each fit
 starts from zero and is timed alone (its wall time, the median of ``repeats``
 fits). Every returned coefficient vector is then re-evaluated by OUR code on
-OUR objective (:class:`solvers.problems.Problem`), off the clock:
+OUR objective (:class:`solvers.glm.problems.Problem`), off the clock:
 
 - regression (coordinates = features): ``a = coef``, and the Problem gives the
   primal, the dual and the duality gap directly;
@@ -34,8 +34,7 @@ import warnings
 import numpy as np
 import scipy.sparse as sp
 
-from solvers import models
-from solvers.trace import SolveResult, Trace
+from solvers.glm.trace import SolveResult, Trace
 
 TOLS = tuple(10.0 ** -k for k in range(2, 13))           # 1e-2 .. 1e-12
 ITERS = tuple(2 ** k for k in range(0, 12))                # 1 .. 2048
@@ -60,15 +59,19 @@ def peer_data(problem, seed=0):
     return np.asarray(problem.A, dtype=np.float64) * t[:, None], t
 
 
+def _hinge(problem):
+    return problem.name == "svm" and problem.params["loss"] == "hinge"
+
+
 def dual_point(problem, w, margins=None):
-    """A feasible dual point a (one per sample) built from the primal w by the KKT conditions."""
-    C = problem.params[0]
+    """A feasible dual point a (one per sample) built from the primal w by the KKT conditions
+    (the model's ``dual_from_margin``); the hinge's margin points, where those conditions
+    allow any a_i in [0, C], by a box-constrained least squares fit of w = A^T a."""
     m = np.asarray(problem.A @ w, dtype=np.float64) if margins is None else margins
-    if problem.model == models.LOGISTIC:
-        return C / (1.0 + np.exp(np.clip(m, -700, 700)))
-    if problem.model == models.SQHINGE:
-        return np.maximum(0.0, 2.0 * C * (1.0 - m))
-    a = np.where(m < 1.0, C, 0.0)               # hinge
+    a = problem.model.dual_from_margin(problem.theta, m)
+    if not _hinge(problem):
+        return a
+    C = problem.params["C"]
     free = np.flatnonzero(np.abs(m - 1.0) <= 1e-3)
     if 0 < free.size <= 20000:
         from scipy.optimize import lsq_linear
@@ -120,38 +123,39 @@ def _sklearn(problem, X, y, knob, method):
     import sklearn.linear_model as lm
     from sklearn.svm import LinearSVC
 
-    p0, p1, _ = problem.params
-    fi = bool(problem.info.get("fit_intercept")) and not problem.dual_form
+    p = problem.params
+    fi = bool(p.get("fit_intercept")) and not problem.dual_form
     name = problem.name
     if method == "lbfgs":
         if name != "logistic":
             raise PeerUnsupported("scikit-learn's lbfgs arm is for logistic regression only")
-        est = lm.LogisticRegression(C=p0, solver="lbfgs", tol=knob, max_iter=10000, fit_intercept=False)
+        est = lm.LogisticRegression(C=p["C"], solver="lbfgs", tol=knob, max_iter=10000, fit_intercept=False)
     elif name == "lasso":
-        est = lm.Lasso(alpha=p0, tol=knob, max_iter=100000, fit_intercept=fi)
+        est = lm.Lasso(alpha=p["alpha"], tol=knob, max_iter=100000, fit_intercept=fi)
     elif name == "elastic_net":
-        alpha = p0 + p1
-        est = lm.ElasticNet(alpha=alpha, l1_ratio=p0 / alpha, tol=knob, max_iter=100000, fit_intercept=fi)
+        est = lm.ElasticNet(alpha=p["alpha"], l1_ratio=p["l1_ratio"], tol=knob, max_iter=100000,
+                            fit_intercept=fi)
     elif name == "ridge":
-        est = lm.Ridge(alpha=p1 / 2.0, tol=knob, fit_intercept=fi)
+        est = lm.Ridge(alpha=p["alpha"], tol=knob, fit_intercept=fi)
     elif name == "svm":
-        loss = "hinge" if problem.model == models.HINGE else "squared_hinge"
-        est = LinearSVC(C=p0, loss=loss, dual=True, tol=knob, max_iter=1000000, fit_intercept=False)
-    else:
-        est = lm.LogisticRegression(C=p0, solver="liblinear", dual=True, tol=knob, max_iter=1000000,
+        est = LinearSVC(C=p["C"], loss=p["loss"], dual=True, tol=knob, max_iter=1000000, fit_intercept=False)
+    elif name == "logistic":
+        est = lm.LogisticRegression(C=p["C"], solver="liblinear", dual=True, tol=knob, max_iter=1000000,
                                     fit_intercept=False)
+    else:
+        raise PeerUnsupported(f"scikit-learn has no {name} arm here")
     return lambda: est.fit(X, y).coef_
 
 
 def _celer(problem, X, y, knob, method):
     import celer
 
-    p0, p1, _ = problem.params
+    p = problem.params
     fi = bool(problem.info.get("fit_intercept"))
     if problem.name == "lasso":
-        est = celer.Lasso(alpha=p0, tol=knob, fit_intercept=fi)
+        est = celer.Lasso(alpha=p["alpha"], tol=knob, fit_intercept=fi)
     elif problem.name == "elastic_net":
-        est = celer.ElasticNet(alpha=p0 + p1, l1_ratio=p0 / (p0 + p1), tol=knob, fit_intercept=fi)
+        est = celer.ElasticNet(alpha=p["alpha"], l1_ratio=p["l1_ratio"], tol=knob, fit_intercept=fi)
     else:
         raise PeerUnsupported(f"celer has no {problem.name} solver here (Lasso, ElasticNet)")
     return lambda: est.fit(X, y).coef_
@@ -160,12 +164,12 @@ def _celer(problem, X, y, knob, method):
 def _skglm(problem, X, y, knob, method):
     import skglm
 
-    p0, p1, _ = problem.params
+    p = problem.params
     fi = bool(problem.info.get("fit_intercept"))
     if problem.name == "lasso":
-        est = skglm.Lasso(alpha=p0, tol=knob, fit_intercept=fi)
+        est = skglm.Lasso(alpha=p["alpha"], tol=knob, fit_intercept=fi)
     elif problem.name == "elastic_net":
-        est = skglm.ElasticNet(alpha=p0 + p1, l1_ratio=p0 / (p0 + p1), tol=knob, fit_intercept=fi)
+        est = skglm.ElasticNet(alpha=p["alpha"], l1_ratio=p["l1_ratio"], tol=knob, fit_intercept=fi)
     else:
         raise PeerUnsupported(f"skglm has no {problem.name} arm here (Lasso, ElasticNet)")
     return lambda: est.fit(X, y).coef_
@@ -174,23 +178,23 @@ def _skglm(problem, X, y, knob, method):
 def _snapml(problem, X, y, knob, method):
     import snapml
 
-    p0, p1, _ = problem.params
+    p = problem.params
     n = problem.n_samples
     common = dict(tol=knob, max_iter=100000, n_jobs=1, fit_intercept=False)
     if problem.name == "lasso":      # snapml's l1 needs the primal solver and alpha * n_samples
         X = _centred_dense(problem, X, "Snap ML")
-        est = snapml.LinearRegression(penalty="l1", regularizer=p0 * n, dual=False, **common)
+        est = snapml.LinearRegression(penalty="l1", regularizer=p["alpha"] * n, dual=False, **common)
     elif problem.name == "ridge":
         X = _centred_dense(problem, X, "Snap ML")
-        est = snapml.LinearRegression(penalty="l2", regularizer=p1 / 2.0, **common)
+        est = snapml.LinearRegression(penalty="l2", regularizer=p["alpha"], **common)
     elif problem.name == "svm":
-        if problem.model != models.HINGE:
+        if not _hinge(problem):
             raise PeerUnsupported("Snap ML's SupportVectorMachine has the hinge loss only")
-        est = snapml.SupportVectorMachine(regularizer=1.0 / p0, **common)
+        est = snapml.SupportVectorMachine(regularizer=1.0 / p["C"], **common)
     elif problem.name == "logistic":
-        est = snapml.LogisticRegression(regularizer=1.0 / p0, **common)
+        est = snapml.LogisticRegression(regularizer=1.0 / p["C"], **common)
     else:
-        raise PeerUnsupported("Snap ML has no elastic net")
+        raise PeerUnsupported(f"Snap ML has no {problem.name} arm here")
     if sp.issparse(X):
         X = sp.csr_matrix(X)
     return lambda: np.asarray(est.fit(X, y).coef_).ravel()
@@ -204,7 +208,7 @@ def _daskml(problem, X, y, knob, method):
 
     if sp.issparse(X):
         raise PeerUnsupported("dask-glm runs on dense dask arrays only here (sparse needs pydata/sparse chunks)")
-    p0, p1, _ = problem.params
+    p = problem.params
     n = problem.n_samples
     X = np.ascontiguousarray(_centred_dense(problem, X, "dask-glm") if not problem.dual_form else X)
     chunks = (max(1, -(-X.shape[0] // 4)), X.shape[1])
@@ -212,14 +216,14 @@ def _daskml(problem, X, y, knob, method):
     if problem.name in ("lasso", "elastic_net", "ridge"):
         family = families.Normal      # sum (y - Xb)^2: twice n times scikit-learn's objective
         if problem.name == "lasso":
-            reg, lam = "l1", 2.0 * n * p0
+            reg, lam = "l1", 2.0 * n * p["alpha"]
         elif problem.name == "ridge":
-            reg, lam = "l2", p1 / 2.0 * 2.0       # ||y - Xb||^2 + alpha ||b||^2
+            reg, lam = "l2", 2.0 * p["alpha"]       # ||y - Xb||^2 + alpha ||b||^2
         else:
-            reg, lam = ElasticNet(weight=p0 / (p0 + p1)), 2.0 * n * (p0 + p1)
+            reg, lam = ElasticNet(weight=p["l1_ratio"]), 2.0 * n * p["alpha"]
         yd = da.from_array(np.asarray(y, dtype=np.float64), chunks=chunks[0])
     elif problem.name == "logistic":
-        family, reg, lam = families.Logistic, "l2", 1.0 / p0
+        family, reg, lam = families.Logistic, "l2", 1.0 / p["C"]
         yd = da.from_array((np.asarray(y) > 0).astype(np.float64), chunks=chunks[0])
     else:
         raise PeerUnsupported("dask-glm has no hinge loss")

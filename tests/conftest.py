@@ -6,7 +6,7 @@ import pytest
 def _gpu_reason():
     """Why GPU tests cannot run here (None when they can)."""
     try:
-        from solvers.backend import NoCudaDevice, check_device
+        from solvers.duhl.devices import NoCudaDevice, check_device
 
         check_device("cuda")
     except NoCudaDevice as err:

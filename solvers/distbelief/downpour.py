@@ -4,7 +4,7 @@ The server holds the parameters and an update rule and counts versions (one
 per applied push). A replica fetches every ``n_fetch`` steps, computes a
 minibatch gradient at its (possibly stale) copy, accumulates it, and pushes
 the sum every ``n_push`` steps. Staleness of a push = server version at push -
-version the replica fetched. ``tasks.downpour`` runs the same ``Replica``
+version the replica fetched. ``tasks.distbelief.downpour`` runs the same ``Replica``
 against sharded parameter-server actors; here the server is one object.
 """
 
@@ -15,6 +15,7 @@ from typing import Iterator, List, Optional
 import numpy as np
 
 from solvers.distbelief.rules import make_rule
+from solvers.glm.checks import check_params
 
 
 def minibatches(n_rows: int, batch_size: int, seed: int) -> Iterator[np.ndarray]:
@@ -54,9 +55,7 @@ class Replica:
 
     def __init__(self, model, X, y, batch_size: int = 32, n_fetch: int = 1, n_push: int = 1, seed: int = 0,
                  local_lr: Optional[float] = None):
-        for name, value in (("batch_size", batch_size), ("n_fetch", n_fetch), ("n_push", n_push)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"The '{name}' parameter of Downpour must be an int >= 1. Got {value!r} instead.")
+        check_params("Downpour", batch_size=batch_size, n_fetch=n_fetch, n_push=n_push)
         self.model, self.X, self.y = model, X, y
         self.n_fetch, self.n_push, self.local_lr = n_fetch, n_push, local_lr
         self.batches = minibatches(X.shape[0], batch_size, seed)

@@ -21,6 +21,8 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from solvers.glm.checks import check_params
+
 
 @dataclass
 class LBFGSResult:
@@ -83,8 +85,7 @@ def lbfgs(ops, evaluate: Callable[[str, str], float], m: int = 10, max_iter: int
     after max_iter iterations, or when ``should_stop()`` says so. ``callback``
     sees {"iteration", "f", "grad_norm", "step", "n_evals"} after every iteration.
     """
-    if isinstance(m, bool) or not isinstance(m, int) or m < 1:
-        raise ValueError(f"The 'm' parameter of L-BFGS must be an int >= 1. Got {m!r} instead.")
+    check_params("L-BFGS", m=m)
     x, g, xn, gn = "x", "g", "x_new", "g_new"
     f = evaluate(x, g)
     n_evals = 1

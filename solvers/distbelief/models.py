@@ -23,17 +23,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from solvers.glm import losses
+from solvers.glm.checks import Real, check_params
+
 MODELS = ("logistic", "svm", "least_squares", "mlp")
 CLASSIFIERS = ("logistic", "svm", "mlp")
-
-
-def _log1pexp(z, xp):
-    """log(1 + exp(z)), stable for large |z|."""
-    return xp.logaddexp(0.0, z)
-
-
-def _sigmoid(z, xp):
-    return 0.5 * (1.0 + xp.tanh(0.5 * z))
 
 
 def _matvec(X, w):
@@ -50,8 +44,7 @@ class Model:
     name = ""
 
     def __init__(self, n_features: int, alpha: float = 1e-4):
-        if not alpha >= 0:
-            raise ValueError(f"The 'alpha' parameter of model '{self.name}' must be a float >= 0. Got {alpha!r} instead.")
+        check_params(f"model '{self.name}'", rules={"alpha": Real(0, None, "left")}, alpha=alpha)
         self.n_features = int(n_features)
         self.alpha = float(alpha)
 
@@ -102,9 +95,9 @@ class Logistic(Model):
         return self.n_features + 1
 
     def sum_loss_grad(self, w, X, y, xp=np):
-        z = y * self.decision(w, X, xp)
-        r = -y * _sigmoid(-z, xp)  # d loss / d decision
-        return float(xp.sum(_log1pexp(-z, xp))), xp.concatenate([_rmatvec(X, r), xp.sum(r, keepdims=True)])
+        loss, dm = losses.logistic(y * self.decision(w, X, xp), xp)
+        r = y * dm  # d loss / d decision
+        return loss, xp.concatenate([_rmatvec(X, r), xp.sum(r, keepdims=True)])
 
 
 class HingeSVM(Model):
@@ -115,9 +108,9 @@ class HingeSVM(Model):
         return self.n_features + 1
 
     def sum_loss_grad(self, w, X, y, xp=np):
-        margin = 1.0 - y * self.decision(w, X, xp)
-        r = xp.where(margin > 0, -y, 0.0)
-        return float(xp.sum(xp.maximum(margin, 0.0))), xp.concatenate([_rmatvec(X, r), xp.sum(r, keepdims=True)])
+        loss, dm = losses.hinge(y * self.decision(w, X, xp), xp)
+        r = y * dm
+        return loss, xp.concatenate([_rmatvec(X, r), xp.sum(r, keepdims=True)])
 
 
 class LeastSquares(Model):
@@ -142,8 +135,7 @@ class MLP(Model):
 
     def __init__(self, n_features: int, hidden: int = 32, alpha: float = 1e-4):
         super().__init__(n_features, alpha)
-        if isinstance(hidden, bool) or not isinstance(hidden, int) or hidden < 1:
-            raise ValueError(f"The 'hidden' parameter of model 'mlp' must be an int >= 1. Got {hidden!r} instead.")
+        check_params("model 'mlp'", hidden=hidden)
         self.hidden = hidden
 
     @property
@@ -184,13 +176,13 @@ class MLP(Model):
     def sum_loss_grad(self, w, X, y, xp=np):
         W, c, v, b = self._unpack(w)
         H, f = self._forward(w, X, xp)
-        z = y * f
-        r = -y * _sigmoid(-z, xp)  # d loss / d f
+        loss, dm = losses.logistic(y * f, xp)
+        r = y * dm  # d loss / d f
         dH = (r[:, None] * v[None, :]) * (1.0 - H * H)  # d loss / d pre-activation
         gW = X.T @ dH
         gW = xp.asarray(gW)
         grad = xp.concatenate([gW.ravel(), dH.sum(axis=0), H.T @ r, xp.sum(r, keepdims=True)])
-        return float(xp.sum(_log1pexp(-z, xp))), grad
+        return loss, grad
 
 
 def make_model(name: str, n_features: int, **kwargs) -> Model:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from solvers.glm.checks import check_params
+
 RULES = ("adagrad", "fixed")
 
 
@@ -17,8 +19,7 @@ class FixedRate:
     name = "fixed"
 
     def __init__(self, size: int, lr: float = 0.1, xp=np):
-        if not lr > 0:
-            raise ValueError(f"The 'lr' parameter of the fixed-rate rule must be a float > 0. Got {lr!r} instead.")
+        check_params("the fixed-rate rule", lr=lr)
         self.lr = float(lr)
 
     def apply(self, w, g) -> None:
@@ -35,8 +36,7 @@ class Adagrad:
     name = "adagrad"
 
     def __init__(self, size: int, lr: float = 0.1, eps: float = 1e-8, xp=np):
-        if not lr > 0:
-            raise ValueError(f"The 'lr' parameter of the Adagrad rule must be a float > 0. Got {lr!r} instead.")
+        check_params("the Adagrad rule", lr=lr)
         self.lr = float(lr)  # gamma
         self.eps = float(eps)
         self.sum_sq = xp.zeros(size)

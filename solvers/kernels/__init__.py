@@ -1,1 +1,2 @@
-"""Compute kernels: ``cpu`` (Numba, nogil, cached); GPU kernels come with the GPU backend."""
+"""Kernels only: SCD epochs and coordinate gaps for the CPU (``cpu``, Numba) and
+the GPU (``cuda``, numba.cuda TPA-SCD)."""

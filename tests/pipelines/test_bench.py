@@ -6,8 +6,8 @@ import math
 import numpy as np
 import pytest
 
-import pipelines.bench as bench
-from solvers.problems import make_problem
+import pipelines.bench.peers as bench
+from solvers.glm.problems import make_problem
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning",
                                         "ignore::UserWarning")

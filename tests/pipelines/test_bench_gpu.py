@@ -4,7 +4,7 @@ first AttributeError."""
 
 import pytest
 
-from pipelines import bench_gpu
+from pipelines.bench import gpu as bench_gpu
 
 
 @pytest.mark.filterwarnings("ignore::numba.core.errors.NumbaPerformanceWarning")

@@ -50,7 +50,7 @@ def test_option_composes_and_plans(hydra_conf, group, option):
     if group in ("model", "data"):
         assert cfg[group].name == option
     if distbelief:
-        from pipelines.distbelief_experiment import plan
+        from pipelines.distbelief import plan
 
         assert cfg.experiment.main_arm in plan(cfg)["arms"]
         return

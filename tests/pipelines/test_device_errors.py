@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _has_gpu():
-    from solvers.backend import NoCudaDevice, check_device
+    from solvers.duhl.devices import NoCudaDevice, check_device
 
     try:
         check_device("cuda")

@@ -8,7 +8,7 @@ from mlflow.tracking import MlflowClient
 
 from conftest import PROJECT_ROOT, all_runs
 from pipelines.config import register_configs
-from pipelines.distbelief_experiment import plan
+from pipelines.distbelief import plan
 
 ARMS = {"sgd_1", "downpour_fixed", "downpour_adagrad", "sandblaster_lbfgs"}
 TINY = ["experiment=distbelief", "data.n_samples=400", "experiment.max_time=1.5", "model.hidden=4",

@@ -67,7 +67,7 @@ def test_diana_end_to_end(cli):
 
 def test_lost_scheduler_fails_the_runs_with_a_clear_error(tmp_path, empty_store, data_cache, monkeypatch):
     import pipelines.experiment as experiment
-    from tasks.replicas import ClusterLost
+    from tasks.distributed_glm.replicas import ClusterLost
 
     shutil.copy(empty_store, tmp_path / "mlflow.db")
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"

@@ -6,9 +6,9 @@ import warnings
 import numpy as np
 import pytest
 
-from solvers.problems import make_problem
+from solvers.glm.problems import make_problem
 from tasks.peers import PEERS, PeerUnsupported, dual_point, evaluate, make_peer, missing_reason
-from tasks.solve import SOLVERS, make_solver
+from tasks.arms import SOLVERS, make_solver
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning",
                                         "ignore::UserWarning")
@@ -62,7 +62,7 @@ def test_dual_point_certifies_a_tight_solution(model):
     KKT dual point built from w alone certifies it: rel_gap < 1e-6."""
     from scipy.optimize import minimize
 
-    from solvers.duhl import DuHL
+    from solvers.duhl.solver import DuHL
 
     p = problem(model)
     if model == "logistic":

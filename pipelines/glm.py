@@ -1,0 +1,169 @@
+"""A GLM experiment (``experiment.kind: glm``): DuHL, peer and distributed (CoCoA+,
+DIANA) arms on one dataset and model, each to the same target, then the report.
+
+:func:`plan` does every check that needs no data (one-line error, no data made,
+no run opened); :func:`run` makes the data, compiles, runs each arm in a nested
+MLflow run and reports (``pipelines.experiment`` calls both).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List
+
+from omegaconf import DictConfig, OmegaConf
+
+from pipelines import progress, report
+from pipelines.config import SolverConfig, check_config, solver_schema
+from pipelines.tracking import PROJECT_ROOT, SWEEP_PARENT_ENV, RoundSampler, flatten
+from solvers.glm.models import get_model
+from tasks.arms import check_device, make_solver, progress_metric, run_arm, warmup
+from tasks.cluster import connect, validate_cluster_config
+from tasks.data import cache_key, load_dataset, resolve_path, validate_data_config
+from tasks.distributed_glm.arms import Placement
+from tasks.distributed_glm.arms import check_model as check_arm_model
+from tasks.problems import build_problem
+
+log = logging.getLogger(__name__)
+
+SOLVER_KEYS = {f.name for f in dataclasses.fields(SolverConfig)}
+DEVICE_SETTINGS = ("memory_budget", "prefetch", "gap_kernel", "concurrency")
+ARM_KEYS = SOLVER_KEYS | set(DEVICE_SETTINGS) | {"max_time"}  # what any arm may override
+
+
+@dataclass
+class Plan:
+    """The checked experiment: what to make and what to run."""
+
+    data: Any  # a tasks.data config dataclass
+    model: Dict[str, Any]
+    arms: Dict[str, Dict[str, Any]]  # arm name -> solver settings (constructor arguments + name)
+    main_arm: str
+    baselines: List[str]
+    metric: str = "rel_gap"  # the trace column the target applies to (suboptimality: DIANA)
+    target: float = 0.0  # target_rel_gap, or experiment.target_suboptimality
+
+
+def plan(cfg: DictConfig) -> Plan:
+    """Every check that needs no data. Raises ValueError (one line) on a bad setting,
+    NoCudaDevice for device=cuda without a GPU."""
+    check_config(cfg)
+    check_device(cfg.device.name)
+    validate_cluster_config(cfg.cluster)
+    data = validate_data_config(OmegaConf.to_container(cfg.data, resolve=True))
+    cache_key(data, PROJECT_ROOT)  # a data file that is missing fails here
+    model = OmegaConf.to_container(cfg.model, resolve=True)
+    get_model(model["name"])  # a GLM of the registry (mlp is DistBelief's)
+    exp = cfg.experiment
+    base = {**OmegaConf.to_container(cfg.solver, resolve=True),
+            **{key: cfg.device[key] for key in DEVICE_SETTINGS},
+            "device": cfg.device.name, "tol": exp.target_rel_gap, "max_time": exp.max_time}
+    deltas = OmegaConf.to_container(exp.arms, resolve=True) or {cfg.solver.selection: {}}
+    arms = {}
+    for name, delta in deltas.items():
+        delta = delta or {}
+        if not isinstance(delta, dict):
+            raise ValueError(f"Arm '{name}' must be a mapping of solver settings. Got {delta!r} instead.")
+        schema = solver_schema(delta.get("name", base["name"]))  # cocoa, diana: more keys
+        keys = {f.name for f in dataclasses.fields(schema)}
+        unknown = sorted(set(delta) - keys - ARM_KEYS)
+        if unknown:
+            raise ValueError(f"Arm '{name}' has unknown key(s) {unknown}. Known: {sorted(keys | ARM_KEYS)}.")
+        # Type-check the solver keys against the schema, as Hydra does for the top level.
+        OmegaConf.merge(OmegaConf.structured(schema), {k: v for k, v in delta.items() if k in keys})
+        arms[name] = {**base, **delta}
+        if progress_metric(arms[name]) == "suboptimality":  # no duality gap (DIANA)
+            arms[name]["tol"] = exp.target_suboptimality
+        check_arm_model(arms[name].get("name", "duhl"), model)
+        make_solver(arms[name])  # the solver's own validation
+    metrics = sorted({progress_metric(s) for s in arms.values()})
+    if len(metrics) > 1:
+        raise ValueError(f"The arms of one experiment must share a progress metric; these mix {metrics}.")
+    for role, names in (("main_arm", [exp.main_arm]), ("baselines", list(exp.baselines))):
+        missing = [n for n in names if n not in arms]
+        if missing:
+            raise ValueError(f"The '{role}' parameter of experiment names arm(s) {missing} that are not in "
+                             f"experiment.arms {sorted(arms)}.")
+    target = float(exp.target_suboptimality if metrics == ["suboptimality"] else exp.target_rel_gap)
+    return Plan(data, model, arms, exp.main_arm, list(exp.baselines), metrics[0], target)
+
+
+def run_tracked_arm(cfg: DictConfig, plan: Plan, tracker: Any, arm_id: str, name: str, settings: Dict[str, Any],
+                    problem: Any, csv: Path, show: bool, placement: Any = None):
+    """One arm: solve while streaming sampled rows to MLflow, then its per-run numbers and CSV."""
+    tracker.log_params(arm_id, {"arm": name, **settings})
+    sampler = RoundSampler(cfg.tracking.points_per_decade, cfg.tracking.min_interval_s, plan.target, plan.metric)
+    with progress.arm_progress(show, name, plan.target, plan.metric) as bar:
+        def on_row(row: dict) -> None:
+            bar(row)
+            if sampler.keep(row):
+                tracker.log_round(arm_id, row)
+
+        result = run_arm(problem, settings, callback=on_row, placement=placement)
+    last = result.trace.iloc[-1].to_dict()
+    if sampler.last_kept is None or sampler.last_kept["round"] != last["round"]:
+        tracker.log_round(arm_id, last)  # the curve ends where the run ended
+    stats = report.arm_stats(result.trace, plan.target, result.status, plan.metric)
+    tracker.log_metrics(arm_id, stats.run_metrics())
+    if getattr(result, "events", None):  # replicas rerun after a worker died
+        tracker.set_tags(arm_id, {"recoveries": len(result.events), "events": str(result.events)[:5000]})
+    result.trace.to_csv(csv, index=False)
+    tracker.log_artifact(arm_id, csv)
+    log.info("arm %s: %s, %s %.2e after %.2fs", name, result.status, plan.metric, last[plan.metric], result.time_s)
+    return result.trace, stats
+
+
+def run(cfg: DictConfig, plan: Plan, tracker: Any, tags: Dict[str, str], run_name: str, output_dir: Path,
+        console: Any, started: float) -> Dict[str, Dict[str, float]]:
+    show = progress.wanted(cfg.progress)
+    with tracker.run(run_name, os.environ.get(SWEEP_PARENT_ENV), tags["parent"]) as parent_id:
+        tracker.log_params(parent_id, flatten(OmegaConf.to_container(cfg, resolve=True)))
+
+        with progress.data_progress(show, f"data {plan.data.name}") as update:
+            dataset = load_dataset(plan.data, resolve_path(cfg.cache_dir, PROJECT_ROOT), PROJECT_ROOT, update)
+        console.print(f"data: {plan.data.name} {dataset.shape[0]} x {dataset.shape[1]}, "
+                      f"{dataset.nbytes / 1e6:.1f} MB ({dataset.path})")
+        problem = build_problem(plan.model, dataset.X, dataset.y)
+        warmup_s = warmup(plan.model, dataset.X, dataset.y, plan.arms)
+        console.print(f"warm-up (kernel compilation): {warmup_s:.2f}s, not counted in any arm")
+
+        traces, stats = {}, {}
+        (output_dir / "traces").mkdir(parents=True, exist_ok=True)
+        with connect(cfg.cluster) as client:  # None: cluster=none, everything in this process
+            placement = Placement(client, dataset.path, dataset.X, dataset.y, plan.model,
+                                  float(getattr(validate_cluster_config(cfg.cluster), "timeout_s", 60.0)))
+            for name, settings in plan.arms.items():
+                with tracker.run(name, parent_id, {**tags["arm"], "arm": name}) as arm_id:
+                    traces[name], stats[name] = run_tracked_arm(cfg, plan, tracker, arm_id, name, settings, problem,
+                                                                output_dir / "traces" / f"{name}.csv", show,
+                                                                placement)
+
+        console.print(report.table(stats, plan.baselines, plan.target))
+        plots = report.save_plots(traces, plan.target, output_dir,
+                                  f"{cfg.experiment.name}: {plan.model['name']} on {plan.data.name}, "
+                                  f"budget {cfg.device.memory_budget}")
+        verdict = report.verdict(stats, plan.main_arm, plan.baselines, plan.target)
+        console.print(f"[bold]{verdict}[/bold]")
+        console.print(f"plots: {', '.join(str(p) for p in plots)}")
+
+        speedups = report.speedup_metrics(stats, plan.main_arm)
+        tracker.set_tags(parent_id, {"verdict": verdict, "main_arm": plan.main_arm})
+        for path in plots:
+            tracker.log_artifact(parent_id, path)
+        tracker.log_artifact(parent_id, output_dir / ".hydra", ".hydra")
+        tracker.log_artifact(parent_id, output_dir / "traces", "traces")
+        wall_s = time.perf_counter() - started
+        overhead = tracker.seconds / wall_s
+        tracker.log_metrics(parent_id, {**speedups, "warmup_s": warmup_s, "wall_s": wall_s,
+                                        "tracking_overhead": overhead, "tracking_s": tracker.seconds,
+                                        "tracking_setup_s": tracker.setup_s})
+    if tracker.enabled:
+        console.print(f"tracking: {tracker.seconds:.2f}s in MLflow calls = {overhead:.1%} of {wall_s:.1f}s "
+                      f"wall time; set-up {tracker.setup_s:.1f}s (import, open the store) ({tracker.uri})")
+    return {name: {**s.run_metrics(), **({"speedups": speedups} if name == plan.main_arm else {})}
+            for name, s in stats.items()}

@@ -1,1 +1,0 @@
-"""Distributed algorithms as single-process state machines (no Dask): CoCoA+, DIANA."""

@@ -1,0 +1,31 @@
+"""Memory budgets: a user's ``memory_budget`` in bytes, and its split into resident
+set and staging memory, in whole units (a dense row, a sparse entry)."""
+
+import scipy.sparse as sp
+
+from solvers.glm.checks import parse_size
+
+
+def parse_budget(memory_budget, total_bytes):
+    """Bytes the device may hold: None -> all, a fraction of the data, or a size string
+    (the form is checked where the user sets it, by solvers.glm.checks)."""
+    if memory_budget is None:
+        return None
+    if isinstance(memory_budget, str):
+        return parse_size(memory_budget)
+    return int(memory_budget * total_bytes)
+
+
+def unit_bytes(A):
+    """Bytes of a resident set's unit of memory: a sparse entry (value and index), a dense row."""
+    return A.data.itemsize + A.indices.itemsize if sp.issparse(A) else A.shape[1] * A.itemsize
+
+
+def split_budget(problem, budget, prefetch):
+    """(resident bytes, staging bytes) of a budget in bytes, in whole units (a dense
+    row, a sparse entry): a staging share too small for one unit takes nothing from
+    the resident set, and a budget that holds all data needs no staging."""
+    unit = unit_bytes(problem.A)
+    total = int(problem.coord_bytes.sum())
+    staging = int(prefetch * budget) // unit if budget < total else 0
+    return (budget // unit - staging) * unit, staging * unit

@@ -1,0 +1,322 @@
+"""Resident sets: the coordinates whose data a device holds, and a round on them.
+
+A resident set holds the chosen coordinates' data on a device (DuHL's "block")
+and runs the device side of a round there: epochs of coordinate descent over
+its coordinates, then their gaps. The host keeps all data, ``a`` and ``z``.
+Two layouts: dense rows of equal size, and a CSR buffer of entries. A share of
+the memory may be staging: coordinates prefetched for a coming swap.
+"""
+
+import warnings
+
+import numpy as np
+import scipy.sparse as sp
+
+from solvers.duhl.budget import split_budget, unit_bytes
+from solvers.duhl.devices import free_device_bytes, make_device
+
+
+def _by_coordinate(rows, row_coord):
+    """``rows`` ordered by the coordinate they hold: epochs and gap sums then depend
+    on which coordinates are resident, never on where they sit (so prefetching
+    changes no iterate)."""
+    return rows[np.argsort(row_coord[rows], kind="stable")]
+
+
+class ResidentSet:
+    """What both layouts share: counters, and a round's shape.
+
+    A round runs ``local_epochs`` epochs on the block, then (when asked)
+    prefetches the next round's likely newcomers into staging memory while
+    the epochs run, then returns the block's gaps. ``prefetch_hits`` counts
+    swapped-in coordinates found already on the device (no copy on the
+    critical path); ``bytes_prefetched`` the bytes copied ahead of need (in
+    ``bytes_h2d`` too, used or not).
+    """
+
+    _cached = (None, None)
+    staging_bytes = 0
+
+    def __init__(self):
+        self.prefetch_hits = 0
+        self.bytes_prefetched = 0
+
+    @property
+    def bytes_h2d(self):
+        return self.device.bytes_h2d
+
+    def _positions(self, coords, row_coord):
+        """Where ``coords`` sit in the block, in coordinate order; cached while the
+        same array is passed."""
+        if self._cached[0] is not coords:
+            self._cached = (coords, _by_coordinate(np.flatnonzero(np.isin(row_coord, coords)), row_coord))
+        return self._cached[1]
+
+    def run_round(self, state, rng, passes, with_gaps=True, active=None, prefetch=None):
+        """``passes`` epochs over the resident set (only its ``active`` coordinates,
+        when given), then the gaps of all of it; meanwhile the coordinates
+        ``prefetch`` are staged for the next swap. Returns (updates, coords, gaps or None)."""
+        dev = self.device
+        with dev.context():
+            st = dev.begin_round(state)
+            visit = self._visit(active)
+            updates = 0
+            for _ in range(passes):
+                updates += self._epoch(rng.permutation(visit), st)
+            coords, gaps = self._gaps(st) if with_gaps else (self.resident(), None)
+            if prefetch is not None and self.staging_bytes:
+                before = dev.bytes_h2d
+                self.prefetch(np.asarray(prefetch, dtype=np.int64))
+                self.bytes_prefetched += dev.bytes_h2d - before
+            dev.end_round(state, st)
+            return updates, coords, None if gaps is None else dev.to_host(gaps)
+
+
+class DenseResidentSet(ResidentSet):
+    """Rows of equal size: ``n_slots`` of them form the block; ``n_stage`` more
+    (staging) hold coordinates prefetched for a coming swap or left by a past
+    one. A swap copies a coordinate only if no row holds it yet, into a row
+    outside the block, and flips which rows are in the block."""
+
+    def __init__(self, problem, n_slots, device, n_stage=0):
+        super().__init__()
+        self.problem = problem
+        self.device = device
+        A = problem.A
+        self.whole = n_slots >= A.shape[0]
+        n_slots = min(n_slots, A.shape[0])
+        n_stage = 0 if self.whole else min(int(n_stage), A.shape[0] - n_slots)
+        self.row_coord = np.full(n_slots + n_stage, -1, dtype=np.int64)  # -1: an empty row
+        self.in_block = np.zeros(n_slots + n_stage, dtype=bool)
+        if self.whole and device.name == "cpu":
+            self.data = A  # zero-copy: everything is resident
+        else:
+            with device.context():
+                self.data = device.xp.empty((n_slots + n_stage, A.shape[1]), dtype=A.dtype)
+        self._coords_dev = None
+        self.capacity_bytes = n_slots * unit_bytes(A)
+        self.staging_bytes = n_stage * unit_bytes(A)
+
+    def resident(self):
+        return self.row_coord[self.in_block]
+
+    def _set_rows(self, rows, coords, prefetch=False):
+        """Copy the coordinates' data host->device into ``rows``."""
+        if self.data is self.problem.A:  # zero-copy whole block: a logical load, counted
+            self.device.bytes_h2d += int(self.problem.coord_bytes[coords].sum())
+        else:
+            self.device.upload_rows(self.data, rows, self.problem.A[coords], prefetch=prefetch)
+        self.row_coord[rows] = coords
+        self._coords_dev = None
+
+    def assign(self, coords):
+        """Make ``coords`` the block; copies only coordinates no row holds. Returns
+        how many coordinates joined the block."""
+        coords = np.asarray(coords, dtype=np.int64)
+        with self.device.context():
+            self.device.settle()
+            joined = ~np.isin(coords, self.row_coord[self.in_block])
+            held = np.isin(self.row_coord, coords)  # rows that already hold a chosen coordinate
+            self.prefetch_hits += int(np.count_nonzero(held & ~self.in_block))
+            missing = coords[~np.isin(coords, self.row_coord[held])]
+            if self.data is self.problem.A:
+                rows = missing  # zero-copy whole block: row i is coordinate i
+            else:
+                free = np.flatnonzero(~held)
+                rows = free[np.argsort(self.row_coord[free] >= 0, kind="stable")][: missing.shape[0]]
+            if missing.shape[0]:
+                self._set_rows(rows, missing)
+                held[rows] = True
+            self.in_block = held
+        return int(np.count_nonzero(joined))
+
+    def prefetch(self, coords):
+        """Copy ``coords`` not yet on the device into rows outside the block (empty
+        rows first), on the copy stream: the next assign finds them there."""
+        wanted = coords[~np.isin(coords, self.row_coord)]
+        rows = np.flatnonzero(~self.in_block & ~np.isin(self.row_coord, coords))
+        rows = rows[np.argsort(self.row_coord[rows] >= 0, kind="stable")]
+        n = min(rows.shape[0], wanted.shape[0])
+        if n:
+            self._set_rows(rows[:n], wanted[:n], prefetch=True)
+        return n
+
+    def _coords(self):
+        if self._coords_dev is None:
+            self._coords_dev = self.device.xp.asarray(self.row_coord)
+        return self._coords_dev
+
+    def _block_rows(self):
+        return _by_coordinate(np.flatnonzero(self.in_block), self.row_coord)
+
+    def _visit(self, active):
+        return self._block_rows() if active is None else self._positions(active, self.row_coord)
+
+    def _epoch(self, order, st):
+        return self.device.epoch_dense(self.data, self._coords(), order, st, self.problem)
+
+    def _gaps(self, st):
+        rows = self._block_rows()
+        coords = self.row_coord[rows]
+        return coords, self.device.gaps_dense(self.data, rows, self.device.xp.asarray(coords), st,
+                                              self.problem)
+
+
+class _CSRRows:
+    """Rows of a CSR matrix in device memory (host row pointers), rebuilt into a
+    spare pair of arrays on every change so that kept rows stay compact."""
+
+    def __init__(self, device, capacity, indices_dtype, data_dtype):
+        xp = device.xp
+        self.capacity = int(capacity)
+        self.coords = np.empty(0, dtype=np.int64)
+        self.indptr = np.zeros(1, np.int64)
+        with device.context():
+            self.indices, self.data = xp.empty(capacity, indices_dtype), xp.empty(capacity, data_dtype)
+            self._spare = (xp.empty(capacity, indices_dtype), xp.empty(capacity, data_dtype))
+
+    def entries(self, rows):
+        """Positions of the rows' entries, in order, and the rows' lengths."""
+        starts, stops = self.indptr[rows], self.indptr[rows + 1]
+        lengths = stops - starts
+        return np.repeat(starts - np.cumsum(lengths) + lengths, lengths) + np.arange(lengths.sum()), lengths
+
+    def rebuild(self, device, parts, A, incoming, prefetch=False):
+        """The rows become: ``rows`` of each (source, rows) in ``parts``, gathered
+        device-to-device, then A's rows ``incoming``, copied host->device."""
+        new_indices, new_data = self._spare
+        filled, lengths, coords = 0, [], []
+        for source, rows in parts:
+            positions, part_lengths = source.entries(rows)
+            if positions.shape[0]:
+                device.gather(new_indices, filled, source.indices, positions, prefetch)
+                device.gather(new_data, filled, source.data, positions, prefetch)
+            filled += int(positions.shape[0])
+            lengths.append(part_lengths)
+            coords.append(source.coords[rows])
+        rows_in = A[incoming]
+        if incoming.shape[0]:
+            device.upload_into(new_indices, filled, rows_in.indices.astype(A.indices.dtype, copy=False),
+                               prefetch)
+            device.upload_into(new_data, filled, rows_in.data, prefetch)
+        lengths.append(np.diff(rows_in.indptr))
+        coords.append(incoming)
+        self._spare = (self.indices, self.data)
+        self.indices, self.data = new_indices, new_data
+        self.indptr = np.concatenate([[0], np.cumsum(np.concatenate(lengths))]).astype(np.int64)
+        self.coords = np.concatenate(coords).astype(np.int64)
+
+
+class SparseResidentSet(ResidentSet):
+    """A CSR buffer of fixed capacity in entries; a swap compacts the kept rows
+    (device-to-device) and appends the incoming ones, taken from the staging
+    buffer when prefetched there (device-to-device), else host->device. The
+    compaction writes into a spare buffer of the same size, so the device holds
+    twice the budget's bytes for sparse data (make_block's GPU check counts it)."""
+
+    def __init__(self, problem, capacity_nnz, device, stage_nnz=0):
+        super().__init__()
+        self.problem = problem
+        self.device = device
+        A = problem.A
+        self.whole = capacity_nnz >= A.nnz
+        self.zero_copy = self.whole and device.name == "cpu"
+        cap = A.nnz if self.whole else int(capacity_nnz)
+        stage = 0 if self.whole else int(stage_nnz)
+        self.rows = _CSRRows(device, cap, A.indices.dtype, A.data.dtype)
+        self.stage = _CSRRows(device, stage, A.indices.dtype, A.data.dtype)
+        self._indptr_dev = None
+        self.capacity_bytes = cap * unit_bytes(A)
+        self.staging_bytes = stage * unit_bytes(A)
+
+    @property
+    def buf(self):
+        """(indptr, indices, data) of the block on the device."""
+        if self.zero_copy:
+            A = self.problem.A
+            return A.indptr, A.indices, A.data
+        return self._indptr_dev, self.rows.indices, self.rows.data
+
+    def resident(self):
+        return self.rows.coords
+
+    def assign(self, coords):
+        coords = np.asarray(coords, dtype=np.int64)
+        A, dev = self.problem.A, self.device
+        joined = ~np.isin(coords, self.rows.coords)
+        incoming = coords[joined]
+        if self.zero_copy:
+            self.rows.coords = np.arange(A.shape[0], dtype=np.int64)
+            self.rows.indptr = A.indptr
+            dev.bytes_h2d += int(self.problem.coord_bytes[incoming].sum())
+            return int(incoming.shape[0])
+        with dev.context():
+            dev.settle()
+            kept = np.flatnonzero(np.isin(self.rows.coords, coords))
+            hits = np.flatnonzero(np.isin(self.stage.coords, incoming))
+            self.prefetch_hits += int(hits.shape[0])
+            missing = incoming[~np.isin(incoming, self.stage.coords[hits])]
+            self.rows.rebuild(dev, [(self.rows, kept), (self.stage, hits)], A, missing)
+            self._indptr_dev = dev.xp.asarray(self.rows.indptr)
+        return int(incoming.shape[0])
+
+    def prefetch(self, coords):
+        """Stage ``coords`` not in the block (as many as fit, in order); staged rows
+        still wanted stay, the others make room."""
+        A = self.problem.A
+        wanted = coords[~np.isin(coords, self.rows.coords)]
+        keep = np.flatnonzero(np.isin(self.stage.coords, wanted))
+        new = wanted[~np.isin(wanted, self.stage.coords)]
+        room = self.stage.capacity - int(np.diff(self.stage.indptr)[keep].sum())
+        fits = np.cumsum(np.diff(A.indptr)[new]) <= room
+        new = new[: int(np.argmin(fits)) if not fits.all() else new.shape[0]]
+        if new.shape[0] == 0 and keep.shape[0] == self.stage.coords.shape[0]:
+            return 0  # nothing to change
+        self.stage.rebuild(self.device, [(self.stage, keep)], A, new, prefetch=True)
+        return int(new.shape[0])
+
+    def _visit(self, active):
+        coords = self.rows.coords
+        return (_by_coordinate(np.arange(coords.shape[0]), coords) if active is None
+                else self._positions(active, coords))
+
+    def _epoch(self, order, st):
+        return self.device.epoch_sparse(self.buf, self._coords_dev, order, st, self.problem)
+
+    def run_round(self, state, rng, passes, with_gaps=True, active=None, prefetch=None):
+        with self.device.context():
+            self._coords_dev = self.device.xp.asarray(self.rows.coords)
+        return super().run_round(state, rng, passes, with_gaps, active, prefetch)
+
+    def _gaps(self, st):
+        coords = self.rows.coords
+        rows = _by_coordinate(np.arange(coords.shape[0]), coords)
+        coords = coords[rows]
+        return coords, self.device.gaps_sparse(self.buf, rows, self.device.xp.asarray(coords), st,
+                                               self.problem)
+
+
+def make_resident_set(problem, budget_bytes, device="cpu", prefetch=0.0, gap_kernel="tpa",
+                      concurrency="auto"):
+    """The device's resident set of a problem for a budget in bytes (None: all data), of
+    which a ``prefetch`` share is staging memory for coordinates copied ahead of
+    their swap (none when the budget holds all data); ``gap_kernel`` computes the
+    block's gaps on a GPU device ("tpa": a thread block per coordinate; "blas":
+    one cuBLAS matrix-vector product, then a thread per coordinate); ``concurrency``
+    caps the coordinates a GPU epoch updates at once ("auto": sqrt of the epoch's)."""
+    dev = make_device(problem, device, gap_kernel, concurrency)
+    total = int(problem.coord_bytes.sum())
+    budget = total if budget_bytes is None else min(int(budget_bytes), total)
+    free = free_device_bytes(device)
+    # a sparse block also keeps a spare buffer of its size to compact into on swaps
+    copies = 2 if sp.issparse(problem.A) else 1
+    if free is not None and budget * copies > 0.9 * free:
+        cut = int(0.9 * free) // copies
+        warnings.warn(f"memory_budget of {budget / 1e9:.2f} GB is more than fits on the GPU "
+                      f"({free / 1e9:.2f} GB free{', twice the budget for sparse data' if copies == 2 else ''}); "
+                      f"using {cut / 1e9:.2f} GB", RuntimeWarning, stacklevel=3)
+        budget = cut
+    block, staging = split_budget(problem, budget, prefetch)
+    unit = unit_bytes(problem.A)
+    kind = SparseResidentSet if sp.issparse(problem.A) else DenseResidentSet
+    return kind(problem, block // unit, dev, staging // unit)

@@ -1,0 +1,201 @@
+"""Turn (X, y, a model's parameters) into the primal-dual form every solver works on.
+
+A :class:`Problem` holds the coordinate-major data ``A`` (row i = coordinate i:
+a feature for the regression models, a signed sample y_i x_i for the
+classifiers), the quadratic data term f(v) = c/2 ||v - b||^2, each
+coordinate's mean ``mu`` (non-zero only when an unpenalised intercept is
+fitted by centring) and centred squared norm, the model's registry entry, its
+named ``params`` and its kernel parameters ``theta`` (:mod:`solvers.glm.models`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.utils.validation import check_array, check_consistent_length
+
+from solvers.glm.checks import check_params
+from solvers.glm.models import get_model
+from solvers.kernels import cpu
+
+
+@dataclass
+class Problem:
+    name: str
+    A: object                 # (n_coords, m) C-contiguous ndarray or CSR matrix
+    b: np.ndarray             # (m,) float64
+    c: float
+    mu: np.ndarray            # (n_coords,) float64
+    sqnorm: np.ndarray        # (n_coords,) float64, ||A_i - mu_i||^2
+    theta: tuple              # the model's kernel parameters (a NamedTuple)
+    params: dict              # the model's named parameters, as the user gave them
+    P0: float                 # the user's primal objective at zero
+    dual_form: bool           # True when coordinates are samples (SVM, logistic)
+    n_samples: int
+    n_features: int
+    info: dict = field(default_factory=dict)  # x_mean, y_mean, intercept_scaling, classes
+
+    @property
+    def model(self):
+        """The registry entry (solvers.glm.models.Model)."""
+        return get_model(self.name)
+
+    @property
+    def n_coords(self):
+        return self.A.shape[0]
+
+    @property
+    def sparse(self):
+        return sp.issparse(self.A)
+
+    @property
+    def coord_bytes(self):
+        """Bytes of each coordinate's data (values, plus int32 indices when sparse)."""
+        if self.sparse:
+            per_entry = self.A.data.itemsize + self.A.indices.itemsize
+            return np.diff(self.A.indptr).astype(np.int64) * per_entry
+        return np.full(self.n_coords, self.A.shape[1] * self.A.itemsize, dtype=np.int64)
+
+    def state_from(self, a):
+        """(z, off) for coefficients a: z = c (A^T a - b), off = [mean of A^T a]."""
+        if self.sparse:
+            v = np.asarray(self.A.T @ a, dtype=np.float64)
+        else:  # float64 accumulation without an upcast copy of all the data
+            v = np.zeros(self.A.shape[1])
+            step = max(1, (1 << 24) // max(1, self.A.shape[1]))
+            for lo in range(0, self.n_coords, step):
+                v += a[lo:lo + step] @ self.A[lo:lo + step].astype(np.float64, copy=False)
+        off = np.array([float(self.mu @ a)])
+        return self.c * (v - self.b), off
+
+    def coordinate_gaps(self, a, z, off, coords=None):
+        """Coordinate-wise duality gaps of ``coords`` (all by default)."""
+        coords = np.arange(self.n_coords) if coords is None else np.asarray(coords, np.int64)
+        out = np.empty(coords.shape[0])
+        args = (coords, coords, a, z, off, self.mu, self.c, self.theta, out)
+        if self.sparse:
+            cpu.gaps_sparse(self.A.indptr, self.A.indices, self.A.data, *args)
+        else:
+            cpu.gaps_dense(self.A, *args)
+        return out
+
+    def objectives(self, a, z, off, gap=None):
+        """User-facing (primal, dual, gap): the scikit-learn objective and its dual.
+
+        The gap is the sum of coordinate gaps (computed here unless given); the
+        form's primal is computed directly and its dual as primal - gap
+        (Fenchel-Young holds with equality at u = grad f(v)).
+        """
+        P_form = (cpu.shifted_sq_norm(z, self.c * off[0]) / (2.0 * self.c)
+                  + cpu.sum_g(a, self.theta))
+        if gap is None:
+            gap = float(self.coordinate_gaps(a, z, off).sum())
+        D_form = P_form - gap
+        if self.dual_form:
+            return -D_form, -P_form, gap
+        return P_form, D_form, gap
+
+
+def _row_stats(A):
+    """(sum, sum of squares) of each row, accumulated in float64."""
+    if sp.issparse(A):
+        d = A.data.astype(np.float64)
+        rows = np.repeat(np.arange(A.shape[0]), np.diff(A.indptr))
+        return (np.bincount(rows, d, minlength=A.shape[0]),
+                np.bincount(rows, d * d, minlength=A.shape[0]))
+    return cpu.dense_row_stats(A)
+
+
+def _coordinate_major(X, by_feature):
+    """Coordinates as contiguous rows: X^T for feature coordinates, X for sample ones."""
+    if sp.issparse(X):
+        A = (X.tocsc().T if by_feature else X.tocsr()).tocsr(copy=True)
+        A.sort_indices()
+        A.sum_duplicates()
+        if A.nnz < np.iinfo(np.int32).max:  # 32-bit indices: less memory, one kernel signature
+            A.indices = A.indices.astype(np.int32, copy=False)
+            A.indptr = A.indptr.astype(np.int32, copy=False)
+        return A
+    if by_feature:
+        return np.ascontiguousarray(X.T)  # a free view when X is Fortran-ordered
+    return np.ascontiguousarray(X)
+
+
+def model_params(name, owner=None, **params):
+    """The model's named parameters with its defaults filled in, each checked (a
+    ValueError names ``owner``, default the model's estimator class)."""
+    model = get_model(name)
+    unknown = sorted(set(params) - set(model.params))
+    if unknown:
+        raise TypeError(f"{model.estimator} has no parameter(s) {unknown}; it takes {sorted(model.params)}.")
+    values = {**model.params, **params}
+    check_params(owner or model.estimator, **values)
+    return values
+
+
+def make_problem(name, X, y, owner=None, **params):
+    """Build the primal-dual :class:`Problem` of a registered model (``solvers.glm.models.MODELS``).
+
+    ``params`` are the model's named parameters (``alpha``, ``C``, ...). For the
+    classifiers, y holds two classes; the larger one becomes +1 (scikit-learn's
+    ``classes_[1]``).
+    """
+    model = get_model(name)
+    params = model_params(name, owner, **params)
+    X = check_array(X, accept_sparse=("csr", "csc", "coo"), dtype=(np.float64, np.float32),
+                    order="C" if model.classifier else "F")
+    y = check_array(y, ensure_2d=False, dtype=np.float64, input_name="y")
+    if y.ndim != 1:
+        raise ValueError(f"y must be 1-dimensional. Got shape {y.shape} instead.")
+    check_consistent_length(X, y)
+    if model.classifier:
+        return _classification_problem(model, X, y, params)
+    return _regression_problem(model, X, y, params)
+
+
+def _regression_problem(model, X, y, params):
+    n, d = X.shape
+    fit_intercept = params["fit_intercept"]
+    A = _coordinate_major(X, by_feature=True)
+    sums, sq = _row_stats(A)
+    y_mean = float(y.mean()) if fit_intercept else 0.0
+    b = y - y_mean
+    if fit_intercept:
+        mu = sums / n
+        sqnorm = np.maximum(sq - n * mu * mu, 0.0)
+    else:
+        mu = np.zeros(d)
+        sqnorm = sq
+    c = float(model.curvature(n))
+    P0 = 0.5 * c * float(b @ b)
+    return Problem(name=model.name, A=A, b=b, c=c, mu=mu, sqnorm=sqnorm, theta=model.theta(params, P0),
+                   params=params, P0=P0, dual_form=False, n_samples=n, n_features=d,
+                   info={"x_mean": mu.copy(), "y_mean": y_mean, "fit_intercept": fit_intercept})
+
+
+def _classification_problem(model, X, y, params):
+    n, d = X.shape
+    classes = np.unique(y)
+    if classes.shape[0] != 2:
+        raise ValueError(f"{model.estimator} needs exactly two classes in y for one problem; "
+                         f"got {classes.shape[0]} ({classes[:5].tolist()}).")
+    signs = np.where(y == classes[1], 1.0, -1.0)
+    if params["fit_intercept"]:
+        col = np.full((n, 1), params["intercept_scaling"], dtype=X.dtype)
+        X = sp.hstack([X, sp.csr_matrix(col)], format="csr") if sp.issparse(X) else np.hstack([X, col])
+    A = _coordinate_major(X, by_feature=False)
+    if sp.issparse(A):
+        A.data *= np.repeat(signs, np.diff(A.indptr)).astype(A.dtype)
+    else:
+        A = A * signs[:, None].astype(A.dtype)  # a new array: the caller's X is left alone
+    _, sq = _row_stats(A)
+    m = A.shape[1]
+    theta = model.theta(params, 0.0)
+    # the user's primal at w = 0: sum_i loss_i(0) = n g*(0)
+    P0 = n * float(model.math.g_conj(theta, 0.0))
+    return Problem(name=model.name, A=A, b=np.zeros(m), c=1.0, mu=np.zeros(n), sqnorm=sq, theta=theta,
+                   params=params, P0=P0, dual_form=True, n_samples=n, n_features=d,
+                   info={"classes": classes, "fit_intercept": params["fit_intercept"],
+                         "intercept_scaling": float(params["intercept_scaling"])})

@@ -1,0 +1,107 @@
+"""The registry of arms, and an arm as a unit of work.
+
+An *arm* is one solver configuration of an experiment: DuHL with a selection
+policy and a device budget, a peer library, or a distributed method (CoCoA+,
+DIANA). Its settings are the solver's constructor arguments plus ``name``
+(which solver); the constructor checks them, so a bad arm fails before any
+data is made.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from pathlib import Path
+from typing import Any, Callable, Mapping, Optional
+
+from solvers.duhl.devices import NoCudaDevice, check_device  # noqa: F401 (pipelines import tasks, not solvers)
+from solvers.duhl.solver import DuHL
+from solvers.duhl.warmup import compile_kernels
+from tasks.data import read_cached
+from tasks.distributed_glm.arms import ARMS as DISTRIBUTED_ARMS
+from tasks.peers import PEER_SOLVERS
+from tasks.problems import build_problem, read_only_miniature
+
+# peer_*: other libraries (tasks/peers.py); cocoa, diana: replicas (tasks/distributed_glm/)
+SOLVERS = {"duhl": DuHL, **PEER_SOLVERS, **DISTRIBUTED_ARMS}
+
+# device/ settings that only the solvers running DuHL's resident sets take (DuHL,
+# CoCoA+); the others (peers, DIANA) do not see them
+DEVICE_KEYS = ("prefetch", "gap_kernel", "concurrency")
+
+
+def solver_class(settings: Mapping[str, Any]):
+    name = settings.get("name", "duhl")
+    if name not in SOLVERS:
+        raise ValueError(f"The 'name' parameter of solver must be one of {sorted(SOLVERS)}. Got {name!r} instead.")
+    return SOLVERS[name]
+
+
+def make_solver(settings: Mapping[str, Any], callback: Optional[Callable[[dict], None]] = None):
+    """The solver an arm describes; raises a one-line ValueError on a bad setting."""
+    cls = solver_class(settings)
+    settings = {k: v for k, v in settings.items() if k != "name"}
+    takes = inspect.signature(cls).parameters
+    for key in DEVICE_KEYS:
+        if key not in takes:
+            settings.pop(key, None)
+    try:
+        return cls(callback=callback, **settings)
+    except TypeError as error:  # an unknown keyword: name it with the solver
+        raise ValueError(f"Solver '{cls.__name__}': {error}") from None
+
+
+def is_distributed(settings: Mapping[str, Any]) -> bool:
+    """Whether the arm's solver runs replicas (may run on a Dask cluster)."""
+    return bool(getattr(solver_class(settings), "distributed", False))
+
+
+def progress_metric(settings: Mapping[str, Any]) -> str:
+    """The trace column the arm's target applies to: rel_gap, or suboptimality (DIANA)."""
+    return getattr(solver_class(settings), "progress_metric", "rel_gap")
+
+
+def warmup(model_cfg: Mapping[str, Any], X, y, arms: Mapping[str, Mapping[str, Any]]) -> float:
+    """Compile before any arm is timed, so no arm pays for compilation: DuHL's kernels
+    for the model, then every arm for two epochs on a read-only miniature of the data
+    (it compiles what the real data needs: dtype, layout, sparsity, read-only).
+    Returns seconds."""
+    start = time.perf_counter()
+    compile_kernels([model_cfg["name"]])
+    problem = build_problem(model_cfg, *read_only_miniature(model_cfg["name"], X, y))
+    for settings in arms.values():
+        if not getattr(solver_class(settings), "warmup", True):
+            continue  # nothing to compile
+        small = {**settings, "max_epochs": 2, "tol": 0.0, "max_time": None,
+                 "memory_budget": None if settings.get("memory_budget") is None else 0.5}
+        make_solver(small).solve(problem)
+    return time.perf_counter() - start
+
+
+def run_arm(problem, settings: Mapping[str, Any], callback: Optional[Callable[[dict], None]] = None,
+            placement: Any = None):
+    """Solve ``problem`` with the arm's solver; returns the solver's result. ``placement``
+    (tasks.distributed_glm.arms.Placement): where the arm runs and the data it reads.
+    With a cluster, replicated solvers spread over its workers, and any other arm runs
+    whole on one worker, next to the data (a Dask-CUDA worker: its GPU); its trace rows
+    reach ``callback`` when it ends."""
+    solver = make_solver(settings, callback=callback)
+    if getattr(solver, "distributed", False):
+        return solver.solve(problem, placement=placement)
+    if placement is not None and placement.client is not None:
+        future = placement.client.submit(solve_on_worker, str(placement.path), dict(placement.model),
+                                         dict(settings), pure=False)
+        result = future.result()
+        if callback is not None:
+            for row in result.trace.to_dict("records"):
+                callback(row)
+        return result
+    return solver.solve(problem)
+
+
+def solve_on_worker(path: str, model_cfg: Mapping[str, Any], settings: Mapping[str, Any]):
+    """On a worker: one arm on the dataset memory-mapped from the cache at ``path``,
+    compiled there first (untimed), as the driver does."""
+    ds = read_cached(Path(path))
+    warmup(model_cfg, ds.X, ds.y, {"arm": settings})
+    return make_solver(settings).solve(build_problem(model_cfg, ds.X, ds.y))

@@ -1,0 +1,275 @@
+"""Replicas on Dask workers: CoCoA+ parts and DIANA workers that hold a shard.
+
+A replica is a stateful object in a worker process (a module-level registry
+keyed by run and part), built there from the dataset cache: the worker
+memory-maps the cached dataset (by path) and slices its own shard, so data
+never travels through the client. Each round the driver submits one small
+task per replica, pinned to the worker holding it, with only what the
+algorithm broadcasts (z and off for CoCoA+, x for DIANA); the task returns
+only what the algorithm sends back (dv, d_off, da and a gap; a compressed
+message and its bit count).
+
+Failures: every task carries the round it expects the replica to be at. If
+the replica's worker died, Dask reruns the task elsewhere (or it errors, or
+it exceeds ``timeout_s``); a replica missing from that worker, or at another
+round, answers ``NeedState``, and the driver resubmits the task with the
+state to rebuild from (CoCoA+: the part's coordinates of the driver's a;
+DIANA: the server's copy of the worker's shift) to a live worker, which
+rebuilds the replica from the shard on disk. Each recovery is an event on the
+run. A lost scheduler raises ``ClusterLost``.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Dict, List, Mapping
+
+import numpy as np
+import scipy.sparse as sp
+
+from solvers.distributed_glm.cocoa import CocoaPart
+from solvers.distributed_glm.diana import DianaWorker, shard_rows
+from tasks.data import read_cached
+from tasks.problems import build_problem, labels_for
+
+_REPLICAS: Dict[str, Any] = {}  # in each worker process: key -> (round, replica)
+
+
+class NeedState(RuntimeError):
+    """The replica is not on this worker (or not at the expected round): resend its state."""
+
+
+class ClusterLost(RuntimeError):
+    """The dask scheduler can no longer be reached."""
+
+
+# --------------------------------------------------------------- shards (on workers)
+def _load(path):
+    return read_cached(Path(path))
+
+
+def skeleton_problem(model_cfg: Mapping[str, Any], y, n_features: int):
+    """The driver's Problem without data: f (c, b), P0, params, the model; A is an
+    empty sparse matrix of the right shape (built from y alone)."""
+    n = len(y)
+    p = build_problem(model_cfg, sp.csr_matrix((n, n_features)), np.asarray(y))
+    p.info["skeleton"] = True
+    return p
+
+
+def shard_problem(path, model_cfg: Mapping[str, Any], lo: int, hi: int, skeleton):
+    """The Problem of coordinates [lo, hi), built from the cached dataset on this worker:
+    features lo:hi for regression models, samples lo:hi for classifiers."""
+    ds = _load(path)
+    if not skeleton.dual_form:
+        return build_problem(model_cfg, ds.X[:, lo:hi], np.asarray(ds.y))
+    signs = labels_for(model_cfg["name"], ds.y)[lo:hi]  # +1 / -1, as make_problem maps them
+    X = ds.X[lo:hi]
+    if skeleton.info["fit_intercept"]:
+        col = np.full((hi - lo, 1), skeleton.info["intercept_scaling"], dtype=X.dtype)
+        X = sp.hstack([X, sp.csr_matrix(col)], format="csr") if sp.issparse(X) else np.hstack([X, col])
+    if sp.issparse(X):
+        A = sp.csr_matrix(X, copy=True)
+        A.sort_indices()
+        A.data *= np.repeat(signs, np.diff(A.indptr)).astype(A.dtype)
+        sq = np.asarray(A.multiply(A).sum(axis=1)).ravel().astype(np.float64)
+    else:
+        A = np.ascontiguousarray(X * signs[:, None].astype(X.dtype))
+        sq = np.einsum("ij,ij->i", A, A, dtype=np.float64)
+    return replace(skeleton, A=A, mu=np.zeros(hi - lo), sqnorm=sq, info=dict(skeleton.info, skeleton=False))
+
+
+def _cocoa_round(key, expected, z, off, build=None):
+    """On a worker: one CoCoA+ round of the replica ``key`` (built first when ``build`` is given)."""
+    if build is not None:
+        path, model_cfg, spec, skeleton, a_k = build
+        problem = shard_problem(path, model_cfg, spec["lo"], spec["hi"], skeleton)
+        part_spec = dict(spec, lo=0, hi=spec["hi"] - spec["lo"])
+        _REPLICAS[key] = (expected, CocoaPart(problem, a0=a_k, **part_spec))
+    entry = _REPLICAS.get(key)
+    if entry is None or entry[0] != expected:
+        raise NeedState(key)
+    part = entry[1]
+    out = part.round(z, off)
+    _REPLICAS[key] = (expected + 1, part)
+    return out
+
+
+def _diana_step(key, expected, x, build=None):
+    if build is not None:
+        path, model_cfg, lo, hi, spec, compressor, method, shift_lr, seed, h = build
+        ds = _load(path)
+        X = ds.X[lo:hi]
+        X = X if sp.issparse(X) else np.asarray(X, dtype=np.float64)
+        y = labels_for(model_cfg["name"], ds.y)[lo:hi]
+        _REPLICAS[key] = (expected, DianaWorker(spec, X, y, compressor, method, shift_lr, seed=seed, h0=h))
+    entry = _REPLICAS.get(key)
+    if entry is None or entry[0] != expected:
+        raise NeedState(key)
+    out = entry[1].step(x)
+    _REPLICAS[key] = (expected + 1, entry[1])
+    return out
+
+
+def _drop(prefix):
+    for key in [k for k in _REPLICAS if k.startswith(prefix)]:
+        del _REPLICAS[key]
+    return True
+
+
+# --------------------------------------------------------------- the driver's side
+class _DaskReplicas:
+    """Submit one task per replica per round; recover replicas whose worker is gone."""
+
+    def __init__(self, client, n, timeout_s=60.0, max_recoveries=10):
+        self.client = client
+        self.prefix = f"replica-{uuid.uuid4().hex[:8]}-"
+        self.timeout_s = float(timeout_s)
+        self.max_recoveries = max_recoveries
+        self.events: List[dict] = []
+        self.round_no = 0
+        self.home = [None] * n  # worker address of each replica
+        self.built = [False] * n
+
+    def _workers(self):
+        try:
+            info = self.client.scheduler_info(n_workers=-1)
+        except TypeError:
+            info = self.client.scheduler_info()
+        except Exception as error:
+            raise ClusterLost(f"lost the dask scheduler: {error}") from None
+        workers = sorted(info.get("workers", {}))
+        if not workers:
+            self.client.wait_for_workers(1, timeout=self.timeout_s)
+            return self._workers()
+        return workers
+
+    def _submit(self, fn, i, args, build):
+        if self.home[i] is None:  # first round, or after a failure: ask the scheduler who is alive
+            workers = self._workers()
+            taken = [h for h in self.home if h is not None]
+            free = [w for w in workers if w not in taken] or workers
+            self.home[i] = free[(i + len(self.events)) % len(free)]
+        return self.client.submit(fn, self.prefix + str(i), self.round_no, *args, build=build,
+                                  workers=[self.home[i]], allow_other_workers=True, pure=False,
+                                  key=f"{self.prefix}{i}-r{self.round_no}-{uuid.uuid4().hex[:6]}")
+
+    def run_round(self, fn, args, build_for):
+        """Results of ``fn`` for every replica this round; rebuilds replicas as needed."""
+        from dask.distributed import wait
+
+        futures = {i: self._submit(fn, i, args, None if self.built[i] else build_for(i))
+                   for i in range(len(self.home))}
+        self.built = [True] * len(self.home)
+        results: Dict[int, Any] = {}
+        attempts = 0
+        while futures:
+            try:
+                wait(list(futures.values()), timeout=self.timeout_s)
+            except TimeoutError:
+                pass
+            except Exception as error:  # the client lost its scheduler
+                raise ClusterLost(f"lost the dask scheduler: {error}") from None
+            retry = []
+            done = [i for i, fut in futures.items() if fut.status == "finished"]
+            if done:  # one gather for the round, not a round trip per replica
+                try:
+                    for i, value in zip(done, self.client.gather([futures[i] for i in done])):
+                        results[i] = value
+                        del futures[i]
+                except Exception:  # gone between wait and gather: retried below
+                    pass
+            for i, fut in list(futures.items()):
+                if fut.status == "finished":
+                    continue  # lost between wait and gather: next pass
+                elif fut.status in ("error", "cancelled", "lost") or not fut.done():
+                    reason = "timeout" if not fut.done() else repr(fut.exception()) if fut.status == "error" else fut.status
+                    if not self.client.status == "running":
+                        raise ClusterLost(f"lost the dask scheduler ({self.client.status})")
+                    fut.cancel()
+                    retry.append((i, reason))
+            for i, reason in retry:
+                attempts += 1
+                if attempts > self.max_recoveries * len(self.home):
+                    raise RuntimeError(f"replica {i} failed {attempts} times this round; last: {reason}")
+                old = self.home[i]
+                self.home[i] = None  # pick a live worker
+                futures[i] = self._submit(fn, i, args, build_for(i))
+                self.events.append({"round": self.round_no, "replica": i, "reason": reason[:200],
+                                    "from_worker": old, "to_worker": self.home[i], "time": time.time()})
+        self.round_no += 1
+        return [results[i] for i in range(len(self.home))]
+
+    def close(self):
+        try:
+            self.client.run(_drop, self.prefix)
+        except Exception:  # workers or scheduler gone: nothing left to free
+            pass
+
+
+class DaskCocoaParts(_DaskReplicas):
+    """CoCoA+'s executor on a cluster (``CoCoA(executor_factory=...)``)."""
+
+    def __init__(self, client, path, model_cfg, specs, a, skeleton, timeout_s=60.0):
+        super().__init__(client, len(specs), timeout_s)
+        self.path, self.model_cfg, self.specs, self.a, self.skeleton = str(path), dict(model_cfg), specs, a, skeleton
+
+    def _build(self, i):
+        s = self.specs[i]
+        return (self.path, self.model_cfg, s, self.skeleton, self.a[s["lo"]:s["hi"]].copy())
+
+    def round(self, z, off):
+        return self.run_round(_cocoa_round, (z, off), self._build)
+
+    def gaps(self, z, off):  # pragma: no cover - the loop reads gaps from rounds
+        raise NotImplementedError
+
+
+def cocoa_factory(client, path, model_cfg, timeout_s=60.0):
+    def factory(skeleton, specs, a):
+        return DaskCocoaParts(client, path, model_cfg, specs, a, skeleton, timeout_s)
+
+    return factory
+
+
+class DaskDianaWorkers(_DaskReplicas):
+    def __init__(self, client, path, model_cfg, rows, spec, compressor, method, shift_lr, seeds, timeout_s=60.0):
+        super().__init__(client, len(rows), timeout_s)
+        self.args = (str(path), dict(model_cfg))
+        self.rows, self.spec, self.compressor, self.method = rows, spec, compressor, method
+        self.shift_lr, self.seeds = shift_lr, seeds
+        self.server = None
+
+    def attach(self, server):
+        self.server = server
+
+    def _build(self, i):
+        h = self.server.shifts[i].copy() if self.server is not None else None
+        lo, hi = self.rows[i]
+        seed = self.seeds[i] if not self.built[i] else np.random.SeedSequence().entropy
+        return (*self.args, lo, hi, self.spec, self.compressor, self.method, self.shift_lr, seed, h)
+
+    def step(self, x):
+        return self.run_round(_diana_step, (x,), self._build)
+
+
+def diana_on_cluster(client, path, model_cfg, solver, spec, f_star=None, timeout_s=60.0):
+    """Run a ``solvers.distributed_glm.diana.Diana`` with its workers as replicas on ``client``."""
+    n = spec.n_samples
+    rows = shard_rows(n, solver.n_workers)
+    # L needs each shard's spectral norm: computed where the shards are
+    L = max(client.gather([client.submit(_shard_smoothness, str(path), dict(model_cfg), lo, hi, spec, pure=False)
+                           for lo, hi in rows]))
+    comp, gamma, shift_lr, _ = solver.settings_from_L(spec, L)
+    seeds = np.random.SeedSequence(solver.random_state).spawn(solver.n_workers)
+    executor = DaskDianaWorkers(client, path, model_cfg, rows, spec, comp, solver.method, shift_lr, seeds, timeout_s)
+    weights = [(hi - lo) / n for lo, hi in rows]
+    return solver.run(spec, executor, weights, gamma, shift_lr, f_star)
+
+
+def _shard_smoothness(path, model_cfg, lo, hi, spec):
+    X = _load(path).X[lo:hi]
+    return spec.smoothness(X if sp.issparse(X) else np.asarray(X, dtype=np.float64))

@@ -1,0 +1,347 @@
+"""DuHL's bookkeeping: bytes moved host->device, the budget, the trace, dtypes,
+one-vs-rest multiclass and the caller's data left alone."""
+
+import numpy as np
+import pandas as pd
+import pytest
+import scipy.sparse as sp
+
+import glm_oracles as go
+import solvers.duhl.solver as duhl_module
+from solvers.duhl.budget import split_budget
+from solvers.duhl.solver import DuHL
+from solvers.glm.problems import make_problem
+
+COLUMNS = ["round", "time_s", "epoch", "primal", "dual", "gap", "rel_gap", "bytes_h2d", "swaps",
+           "n_resident"]
+SPARSE = pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
+DTYPES = pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["f64", "f32"])
+
+
+def coordinate_bytes(model, X):
+    """Each coordinate's bytes, from X alone: a feature column for the regressions, a
+    sample row plus the intercept column's entry for the classifiers; sparse entries
+    carry an int32 index."""
+    regression = model in go.REGRESSION
+    n, d = X.shape
+    itemsize = X.dtype.itemsize
+    if sp.issparse(X):
+        nnz = np.diff(sp.csc_matrix(X).indptr) if regression else np.diff(sp.csr_matrix(X).indptr) + 1
+        return nnz.astype(np.int64) * (itemsize + 4)
+    return np.full(d if regression else n, (n if regression else d + 1) * itemsize, np.int64)
+
+
+def _solve(case, **kw):
+    problem = make_problem(go.PROBLEM_NAME[case.model], case.X, case.y, **case.params)
+    return DuHL(**kw).solve(problem)
+
+
+class Spy:
+    """Records every block assignment DuHL makes (through the block's public assign)."""
+
+    def __init__(self, monkeypatch):
+        self.assigned = []
+        self.blocks = []
+        real = duhl_module.make_resident_set
+
+        def make_block(problem, budget, device="cpu", **kw):
+            block = real(problem, budget, device, **kw)
+            original = block.assign
+
+            def assign(coords):
+                swapped = original(coords)
+                self.assigned.append(np.array(coords, dtype=np.int64))
+                return swapped
+
+            block.assign = assign
+            self.blocks.append(block)
+            return block
+
+        monkeypatch.setattr(duhl_module, "make_resident_set", make_block)
+
+
+# ------------------------------------------------------------------- bytes moved
+
+@DTYPES
+@SPARSE
+@pytest.mark.parametrize("model", ["lasso", "hinge"])
+def test_no_budget_moves_the_data_exactly_once(case_factory, model, sparse, dtype):
+    case = case_factory(model, sparse, dtype)
+    total = int(coordinate_bytes(model, case.X).sum())
+    res = _solve(case, memory_budget=None, tol=1e-8, random_state=0)
+    assert res.converged and res.n_rounds > 1
+    assert res.bytes_h2d == total
+    h = res.trace
+    assert h.bytes_h2d.iloc[-1] == total and h.bytes_h2d.max() == total
+    assert (h.n_resident.iloc[1:] == len(coordinate_bytes(model, case.X))).all()
+    # a budget of 1.0 is the same thing
+    assert _solve(case, memory_budget=1.0, tol=1e-8, random_state=0).bytes_h2d == total
+
+
+@DTYPES
+@SPARSE
+@pytest.mark.parametrize("model", go.MODELS)
+def test_sequential_moves_a_full_block_every_round(case_factory, model, sparse, dtype,
+                                                   monkeypatch):
+    case = case_factory(model, sparse, dtype)
+    cb = coordinate_bytes(model, case.X)
+    budget = int(0.3 * cb.sum())
+    spy = Spy(monkeypatch)
+    res = _solve(case, memory_budget=0.3, selection="sequential", tol=1e-8, random_state=0)
+    n = len(cb)
+    # storage order, round robin: each round's block is the longest run from the cursor
+    # that fits the budget; consecutive blocks are disjoint (3 x 0.3 < 1), so every
+    # coordinate of every block is copied in
+    cursor, moved = 0, 0
+    for coords in spy.assigned:
+        expect = []
+        used = 0
+        while used + cb[(cursor + len(expect)) % n] <= budget and len(expect) < n:
+            used += cb[(cursor + len(expect)) % n]
+            expect.append((cursor + len(expect)) % n)
+        np.testing.assert_array_equal(np.sort(coords), np.sort(expect))
+        cursor = (cursor + len(expect)) % n
+        moved += int(cb[coords].sum())
+    assert len(spy.assigned) == res.n_rounds
+    assert res.bytes_h2d == moved
+    assert res.trace.bytes_h2d.iloc[-1] == moved
+
+
+@SPARSE
+@pytest.mark.parametrize("model", ["lasso", "hinge", "logistic"])
+def test_gap_selection_moves_no_more_than_sequential(case_factory, model, sparse, monkeypatch):
+    case = case_factory(model, sparse, np.float64)
+    cb = coordinate_bytes(model, case.X)
+    budget = int(0.3 * cb.sum())
+    spy = Spy(monkeypatch)
+    gap = _solve(case, memory_budget=0.3, selection="gap", tol=1e-8, random_state=0)
+    seq = _solve(case, memory_budget=0.3, selection="sequential", tol=1e-8, random_state=0)
+    assert gap.converged and seq.converged
+    # only the coordinates not already resident are copied
+    gap_assigned = spy.assigned[:gap.n_rounds]
+    moved = int(cb[gap_assigned[0]].sum())
+    for prev, cur in zip(gap_assigned, gap_assigned[1:]):
+        incoming = np.setdiff1d(cur, prev)
+        moved += int(cb[incoming].sum())
+        assert cb[incoming].sum() <= budget
+    assert gap.bytes_h2d == moved
+    if model != "logistic":   # a clear margin on these (several x); logistic is close
+        assert gap.bytes_h2d <= seq.bytes_h2d
+
+
+@SPARSE
+@pytest.mark.parametrize("selection", ["gap", "random", "sequential", "importance"])
+@pytest.mark.parametrize("model", ["lasso", "sqhinge"])
+def test_resident_data_respects_the_budget(case_factory, model, sparse, selection, monkeypatch):
+    # float32 for the dense data (4-byte entries), float64 for the sparse (12-byte entries)
+    case = case_factory(model, sparse, np.float64 if sparse else np.float32)
+    cb = coordinate_bytes(model, case.X)
+    spy = Spy(monkeypatch)
+    for fraction, size in [(0.1, None), (None, f"{int(0.2 * cb.sum())}B")]:
+        spy.assigned.clear()
+        budget = int(fraction * cb.sum()) if fraction else int(0.2 * cb.sum())
+        res = _solve(case, memory_budget=fraction or size, selection=selection, tol=1e-7,
+                     max_epochs=300, random_state=1)
+        assert res.converged
+        for coords in spy.assigned:
+            assert len(np.unique(coords)) == len(coords)
+            assert cb[coords].sum() <= budget
+            # a sensible policy fills the budget: no further coordinate would fit
+            # (dense: all equal; sparse: the smallest non-resident one does not fit)
+            rest = np.setdiff1d(np.arange(len(cb)), coords)
+            if not sparse and rest.size:
+                assert cb[coords].sum() + cb[rest].min() > budget
+        h = res.trace
+        assert (h.n_resident.iloc[1:] >= 1).all()
+        if not sparse:
+            assert (h.n_resident.iloc[1:] == budget // cb[0]).all()
+
+
+# --------------------------------------------------------------------- prefetch
+
+@SPARSE
+@pytest.mark.parametrize("selection", ["gap", "random", "sequential", "importance"])
+@pytest.mark.parametrize("model", ["lasso", "hinge"])
+def test_prefetch_changes_no_iterate(case_factory, model, sparse, selection):
+    """Staging copies only move where swapped-in data comes from: with the same block,
+    DuHL with prefetch takes exactly the steps DuHL without it takes."""
+    case = case_factory(model, sparse, np.float64)
+    budget = int(0.4 * coordinate_bytes(model, case.X).sum())
+    share = 0.3
+    problem = make_problem(go.PROBLEM_NAME[case.model], case.X, case.y, **case.params)
+    block, staging = split_budget(problem, budget, share)  # the block: what staging leaves
+    assert staging > 0 and block + staging <= budget
+    kw = dict(selection=selection, tol=1e-9, max_epochs=2000, random_state=4)
+    with_prefetch = _solve(case, memory_budget=f"{budget}B", prefetch=share, **kw)
+    without = _solve(case, memory_budget=f"{block}B", prefetch=0.0, **kw)
+    assert with_prefetch.converged and without.converged
+    assert with_prefetch.n_rounds == without.n_rounds
+    np.testing.assert_array_equal(with_prefetch.a, without.a)
+    pd.testing.assert_series_equal(with_prefetch.trace.swaps, without.trace.swaps)
+    assert without.prefetch_hits == 0 and without.bytes_prefetched == 0
+    assert with_prefetch.prefetch_hits > 0
+    assert 0 < with_prefetch.bytes_prefetched <= with_prefetch.bytes_h2d
+
+
+@SPARSE
+def test_sequential_prefetch_stages_every_next_block(case_factory, sparse):
+    """Sequential streaming knows its next block: with staging as large as the block,
+    every coordinate swapped in after the first round was already on the device."""
+    case = case_factory("lasso", sparse, np.float64)
+    cb = coordinate_bytes("lasso", case.X)
+    block = int(0.2 * cb.sum()) if not sparse else int(cb.max() * 3)
+    res = _solve(case, memory_budget=f"{2 * block}B", prefetch=0.5, selection="sequential",
+                 tol=1e-7, max_epochs=3000, random_state=0)
+    assert res.converged
+    swapped_in = res.trace.swaps.iloc[-1]
+    if not sparse:  # equal coordinates: all but the first block (nothing staged yet) were hits
+        assert res.prefetch_hits == swapped_in - res.trace.n_resident.iloc[1]
+    else:  # a staged block may hold fewer coordinates than the next block
+        assert 0.9 * swapped_in <= res.prefetch_hits < swapped_in
+
+
+def test_prefetch_is_validated(case_factory):
+    for bad in (-0.1, 1.0, "half", True, None):
+        with pytest.raises(ValueError, match=r"The 'prefetch' parameter of DuHL must be 'auto' or "
+                                             r"a float in \[0, 1\). Got"):
+            DuHL(prefetch=bad)
+    case = case_factory("lasso", False, np.float64)
+    one = int(coordinate_bytes("lasso", case.X)[0])
+    with pytest.raises(ValueError, match=r"The 'prefetch' parameter of DuHL \(0.9\) leaves"):
+        _solve(case, memory_budget=f"{3 * one // 2}B", prefetch=0.9)  # staging takes the one row
+
+
+# ------------------------------------------------------------------------ trace
+
+@SPARSE
+@pytest.mark.parametrize("memory_budget", [None, 0.3])
+@pytest.mark.parametrize("model", go.MODELS)
+def test_history_columns_and_monotone_counters(case_factory, estimator_factory, model, sparse,
+                                               memory_budget):
+    case = case_factory(model, sparse, np.float64)
+    est = estimator_factory(model, case.params, tol=1e-9, memory_budget=memory_budget,
+                            selection="random", random_state=0, max_iter=10_000)
+    est.fit(case.X, case.y)
+    h = est.history_
+    assert isinstance(h, pd.DataFrame)
+    assert list(h.columns[:len(COLUMNS)]) == COLUMNS
+    # DuHL adds its prefetch counters; classifiers the one-vs-rest problem's index (0 when binary)
+    extra = list(h.columns[len(COLUMNS):])
+    assert extra == ["prefetch_hits", "bytes_prefetched"] + ([] if model in go.REGRESSION else ["class"])
+    assert (h.prefetch_hits == 0).all() and (h.bytes_prefetched == 0).all()  # "auto": none on the CPU
+    if model not in go.REGRESSION:
+        assert (h["class"] == 0).all()
+    assert len(h) >= 2
+    assert h["round"].iloc[0] == 0 and h["round"].is_monotonic_increasing
+    assert h["round"].is_unique
+    for col in ("time_s", "epoch", "bytes_h2d", "swaps", "prefetch_hits", "bytes_prefetched"):
+        assert h[col].is_monotonic_increasing, col
+    assert (h.time_s >= 0).all() and h.epoch.iloc[0] == 0 and h.bytes_h2d.iloc[0] == 0
+    # every row is a certificate: gap = primal - dual >= 0 and rel_gap = gap / P(0)
+    assert (h.gap >= 0).all()
+    np.testing.assert_allclose(h.primal - h.dual, h.gap, rtol=1e-6, atol=1e-12 * case.P0)
+    np.testing.assert_allclose(h.rel_gap, h.gap / case.P0, rtol=1e-12)
+    # row 0 is the zero start: P(0) exactly
+    assert h.primal.iloc[0] == pytest.approx(case.P0, rel=1e-12)
+    # the last row is the returned model, evaluated here from coef_ and intercept_
+    P = go.primal(model, case.X, case.y, est.coef_, est.intercept_, case.params)
+    assert h.primal.iloc[-1] == pytest.approx(P, rel=1e-9)
+    assert h.gap.iloc[-1] == pytest.approx(est.dual_gap_, rel=1e-4, abs=1e-12 * case.P0)
+    assert h.rel_gap.iloc[-1] <= 1e-9
+    # n_iter_ counts all epochs run, which may include the round during which the
+    # returned (start) state was certified
+    last = h.epoch.iloc[-1]
+    assert max(1, int(np.ceil(last - 1e-9))) <= est.n_iter_ <= int(np.ceil(last + 1.0 + 1e-9))
+
+
+def test_stops_at_max_epochs_and_max_time(case_factory):
+    case = case_factory("hinge", False, np.float64)
+    res = _solve(case, memory_budget=0.3, selection="random", tol=0.0, max_epochs=5,
+                 random_state=0)
+    assert res.status == "max_epochs"
+    assert 5 <= res.epochs < 5 + 0.31 + 1e-9     # stops within one round of the cap
+    res = _solve(case, memory_budget=0.3, selection="random", tol=0.0, max_epochs=1e9,
+                 max_time=0.2, random_state=0)
+    assert res.status == "max_time"
+    assert 0.2 <= res.time_s < 5.0
+    rows = []
+    _solve(case, memory_budget=0.3, tol=1e-6, random_state=0, callback=rows.append)
+    assert rows and set(COLUMNS) <= set(rows[-1])
+
+
+# ------------------------------------------------------------------ estimators
+
+@SPARSE
+@pytest.mark.parametrize("model", go.MODELS)
+def test_dtype_is_kept(case_factory, estimator_factory, model, sparse):
+    for dtype in (np.float32, np.float64):
+        case = case_factory(model, sparse, dtype)
+        est = estimator_factory(model, case.params, memory_budget=0.3, random_state=0)
+        est.fit(case.X, case.y)
+        assert est.coef_.dtype == dtype
+        pred = est.predict(case.X)
+        if model in go.CLASSIFICATION:
+            assert est.intercept_.dtype == dtype
+            assert set(np.unique(pred)) <= set(np.unique(case.y))
+            assert est.decision_function(case.X).shape == (case.X.shape[0],)
+        else:
+            assert pred.dtype in (np.float32, np.float64)
+
+
+@pytest.mark.parametrize("model", go.CLASSIFICATION)
+def test_multiclass_one_vs_rest(estimator_factory, model):
+    """coef_ has one row per class and each row is the optimum of its binary
+    class-vs-rest problem (the oracle solved here on relabelled data)."""
+    rng = np.random.default_rng(4)
+    X = rng.standard_normal((120, 6))
+    y = np.argmax(X[:, :3] + 0.7 * rng.standard_normal((120, 3)), axis=1)
+    labels = np.array(["ant", "bee", "cat"])[y]
+    params = go.params_for(model, X, y)
+    est = estimator_factory(model, params, tol=1e-10, max_iter=100_000, random_state=0,
+                            memory_budget=0.5)
+    est.fit(X, labels)
+    assert est.coef_.shape == (3, 6)
+    assert est.intercept_.shape == (3,)
+    assert list(est.classes_) == ["ant", "bee", "cat"]
+    assert np.shape(est.dual_gap_) == (3,)
+    assert est.decision_function(X).shape == (120, 3)
+    assert set(est.history_["class"]) == {0, 1, 2}
+    for k in range(3):
+        yk = np.where(y == k, 1, 0)   # class k is the larger label: +1
+        orc = go.classification_oracle(model, X, yk, params)
+        P = go.primal(model, X, yk, est.coef_[k], est.intercept_[k], params)
+        assert abs(P - orc["P"]) <= 1e-6 * orc["P"], (k, P, orc["P"])
+    scores = est.decision_function(X)
+    np.testing.assert_array_equal(est.predict(X), est.classes_[np.argmax(scores, axis=1)])
+    if model == "logistic":
+        proba = est.predict_proba(X)
+        np.testing.assert_allclose(proba.sum(axis=1), 1.0)
+        assert (est.predict_proba(X).argmax(1) == scores.argmax(1)).all()
+
+
+@pytest.mark.parametrize("layout", ["C", "F", "csr", "csc", "coo", "f32"])
+@pytest.mark.parametrize("model", go.MODELS)
+def test_user_data_is_not_modified(estimator_factory, model, layout):
+    X, y = go.make_data(go.kind_of(model), layout in ("csr", "csc", "coo"), np.float64, seed=3)
+    X = {"C": np.ascontiguousarray, "F": np.asfortranarray, "f32": lambda a: a.astype(np.float32),
+         "csr": sp.csr_matrix, "csc": sp.csc_matrix, "coo": sp.coo_matrix}[layout](X)
+    if sp.issparse(X):
+        before = (X.copy(), X.toarray())
+    else:
+        before = (X.copy(order="K"),)
+    y_before = y.copy()
+    est = estimator_factory(model, go.params_for(model, X, y), memory_budget=0.3,
+                            random_state=0, max_iter=50)
+    est.fit(X, y)
+    est.predict(X)
+    if sp.issparse(X):
+        assert X.format == before[0].format
+        np.testing.assert_array_equal(X.toarray(), before[1])
+        if X.format != "coo":
+            np.testing.assert_array_equal(X.indptr, before[0].indptr)
+            np.testing.assert_array_equal(X.indices, before[0].indices)
+        np.testing.assert_array_equal(X.data, before[0].data)
+    else:
+        np.testing.assert_array_equal(X, before[0])
+        assert X.flags.c_contiguous == before[0].flags.c_contiguous
+    np.testing.assert_array_equal(y, y_before)

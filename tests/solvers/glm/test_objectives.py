@@ -1,0 +1,162 @@
+"""Every model, dense and sparse, float64 and float32, every memory budget and selection
+policy reaches the optimum that scikit-learn / scipy / a closed form finds, with an exit
+gap that is a valid certificate."""
+
+import numpy as np
+import pytest
+
+import glm_oracles as go
+
+TOL = 1e-10          # on rel_gap = gap / P(0)
+BUDGETS = [None, 1.0, 0.3, 0.1]
+SELECTIONS = ["gap", "random", "sequential", "importance"]
+
+
+@pytest.mark.parametrize("selection", SELECTIONS)
+@pytest.mark.parametrize("memory_budget", BUDGETS, ids=lambda b: f"budget={b}")
+@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["f64", "f32"])
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
+@pytest.mark.parametrize("model", go.MODELS)
+def test_objective_matches_oracle(case_factory, estimator_factory, model, sparse, dtype,
+                                  memory_budget, selection):
+    case = case_factory(model, sparse, dtype)
+    est = estimator_factory(model, case.params, tol=TOL, max_iter=100_000, random_state=0,
+                            memory_budget=memory_budget, selection=selection)
+    est.fit(case.X, case.y)
+
+    P = go.primal(model, case.X, case.y, est.coef_, est.intercept_, case.params)
+    P_opt, D_opt = case.oracle["P"], case.oracle["D"]
+    rtol = 1e-6 if dtype == np.float64 else 1e-4
+    assert abs(P - P_opt) <= rtol * P_opt, (P, P_opt)
+    # no primal point beats a dual bound: catches an objective that is wrong in our favour
+    assert P >= D_opt - 1e-12 * case.P0
+
+    # the exit gap is a certificate: non-negative, within tol, and the dual value it
+    # implies (P - gap) is a lower bound on the true optimum
+    gap = est.dual_gap_
+    assert 0.0 <= gap <= TOL * case.P0
+    if dtype == np.float64:   # coef_ not rounded to float32: P - gap is the solver's dual
+        assert P - gap <= P_opt + 1e-12 * case.P0
+    assert est.coef_.dtype == dtype
+    n_iter = est.n_iter_
+    assert isinstance(n_iter, int) and 1 <= n_iter <= 100_000
+
+
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
+@pytest.mark.parametrize("model", go.REGRESSION)
+def test_regression_dual_gap_is_P_minus_D_of_the_fit(case_factory, estimator_factory, model,
+                                                      sparse):
+    """dual_gap_ of a regressor equals P - D computed here from coef_ alone (a loose tol,
+    so that the gap is far above round-off and the comparison means something)."""
+    case = case_factory(model, sparse, np.float64)  # float32 coef_ would be rounded
+    est = estimator_factory(model, case.params, tol=1e-3, random_state=0, memory_budget=0.3)
+    est.fit(case.X, case.y)
+    coef = est.coef_.astype(np.float64)
+    P = go.primal(model, case.X, case.y, coef, est.intercept_, case.params)
+    D = go.regression_dual(model, case.X, case.y, coef, case.params)
+    assert est.intercept_ == pytest.approx(go.regression_intercept(case.X, case.y, coef),
+                                           rel=1e-12, abs=1e-12)
+    assert est.dual_gap_ == pytest.approx(P - D, rel=1e-8, abs=1e-13 * case.P0)
+    assert 0 < est.dual_gap_ <= 1e-3 * case.P0
+
+
+VARIANTS = ([(m, "no_intercept") for m in go.MODELS]
+            + [(m, "intercept_scaling=3") for m in go.CLASSIFICATION])
+
+
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
+@pytest.mark.parametrize("model,variant", VARIANTS)
+def test_intercept_variants_match_oracle(estimator_factory, model, variant, sparse):
+    """fit_intercept=False (all models) and a regularised intercept column of value 3
+    (classifiers: the penalty is (b/3)^2/2, as liblinear)."""
+    X, y = go.make_data(go.kind_of(model), sparse, np.float64, seed=5)
+    params = go.params_for(model, X, y)
+    fit_intercept = variant != "no_intercept"
+    scaling = 3.0 if fit_intercept else None
+    extra = {} if model in go.REGRESSION else dict(intercept_scaling=scaling or 1.0)
+    orc = go.oracle(model, X, y, params, fit_intercept=fit_intercept, scaling=scaling or 1.0)
+    P0 = go.P0(model, X, y, params, center=fit_intercept)
+    assert orc["P"] - orc["D"] <= 2e-9 * P0
+    est = estimator_factory(model, params, fit_intercept=fit_intercept, tol=TOL,
+                            max_iter=100_000, random_state=0, memory_budget=0.3, **extra)
+    est.fit(X, y)
+    if not fit_intercept:
+        assert np.all(np.asarray(est.intercept_) == 0.0)
+    P = go.primal(model, X, y, est.coef_, est.intercept_, params, scaling)
+    assert abs(P - orc["P"]) <= 1e-6 * orc["P"], (P, orc["P"])
+    assert 0.0 <= est.dual_gap_ <= TOL * P0
+
+
+# ------------------------------------------------------------------ edge cases
+
+@pytest.mark.parametrize("memory_budget", [None, 0.3])
+@pytest.mark.parametrize("model", go.REGRESSION)
+def test_constant_feature_with_intercept(estimator_factory, model, memory_budget):
+    """A constant column is all zero once centred (L_i = 0): its weight stays 0."""
+    X, y = go.make_data("regression", False, np.float64)
+    X = X.copy()
+    X[:, 3] = 2.5
+    params = go.params_for(model, X, y)
+    orc = go.oracle(model, X, y, params)
+    est = estimator_factory(model, params, tol=TOL, max_iter=100_000, random_state=0,
+                            memory_budget=memory_budget).fit(X, y)
+    P = go.primal(model, X, y, est.coef_, est.intercept_, params)
+    assert abs(P - orc["P"]) <= 1e-6 * orc["P"]
+    assert abs(est.coef_[3]) <= 1e-9
+
+
+@pytest.mark.parametrize("l1_ratio", [0.0, 1.0])
+def test_elastic_net_l1_ratio_edges(estimator_factory, l1_ratio):
+    """l1_ratio=1 is the Lasso (bounded-support dual), l1_ratio=0 is a ridge penalty."""
+    X, y = go.make_data("regression", True, np.float64)
+    params = dict(alpha=0.05, l1_ratio=l1_ratio)
+    orc = go.regression_oracle("enet", X, y, params)
+    if l1_ratio == 1.0:
+        assert orc["P"] == pytest.approx(go.regression_oracle("lasso", X, y, dict(alpha=0.05))["P"],
+                                         rel=1e-9)
+    est = estimator_factory("enet", params, tol=TOL, max_iter=100_000, random_state=0,
+                            memory_budget=0.3).fit(X, y)
+    P = go.primal("enet", X, y, est.coef_, est.intercept_, params)
+    assert abs(P - orc["P"]) <= 1e-6 * orc["P"]
+    P0 = go.P0("enet", X, y, params)
+    assert 0 <= est.dual_gap_ <= TOL * P0
+    D = go.regression_dual("enet", X, y, est.coef_, params)
+    assert est.dual_gap_ == pytest.approx(P - D, rel=1e-3, abs=1e-12 * P0)
+
+
+def test_constant_target():
+    """y constant: P(0) = 0, the answer is w = 0 and the intercept is the constant."""
+    from solvers import Lasso, Ridge
+
+    X, _ = go.make_data("regression", False, np.float64)
+    for est in (Lasso(alpha=0.1), Ridge(alpha=0.1)):
+        est.fit(X, np.full(X.shape[0], 3.0))
+        assert np.all(est.coef_ == 0.0) or np.abs(est.coef_).max() < 1e-12
+        assert est.intercept_ == pytest.approx(3.0)
+
+
+def test_warm_start_at_the_optimum_stops_at_once(case_factory):
+    from solvers.duhl.solver import DuHL
+    from solvers.glm.problems import make_problem
+
+    case = case_factory("lasso", False, np.float64)
+    problem = make_problem("lasso", case.X, case.y, **case.params)
+    res = DuHL(tol=1e-9, memory_budget=0.3).solve(problem, a0=case.oracle["coef"])
+    assert res.status == "converged" and res.n_rounds == 0 and res.epochs == 0
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_binary_string_labels_predict_like_sklearn():
+    """classes_[1] is the positive class, as in scikit-learn."""
+    from sklearn.svm import LinearSVC as SkLinearSVC
+
+    from solvers import LinearSVC
+
+    X, y = go.make_data("classification", False, np.float64)
+    labels = np.array(["no", "yes"])[(y == 2).astype(int)]
+    ours = LinearSVC(C=0.1, tol=1e-9, max_iter=100_000, random_state=0).fit(X, labels)
+    ref = SkLinearSVC(C=0.1, dual=True, tol=1e-12, max_iter=100_000).fit(X, labels)
+    assert list(ours.classes_) == ["no", "yes"]
+    np.testing.assert_allclose(ours.decision_function(X), ref.decision_function(X), atol=1e-3)
+    np.testing.assert_array_equal(ours.predict(X), ref.predict(X))
+    assert ours.score(X, labels) == ref.score(X, labels)
