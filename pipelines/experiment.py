@@ -31,27 +31,33 @@ from rich.console import Console
 from pipelines import distbelief, glm
 from pipelines.config import register_configs
 from pipelines.tracking import open_tracker, run_tags, stop_on_sigterm
-from tasks.arms import NoCudaDevice
+from tasks.arms import NoCudaDevice, check_device
 from tasks.distributed_glm.replicas import ClusterLost
 
 register_configs()
 KINDS = {"glm": glm, "distbelief": distbelief}
 
 
+def _kind(cfg: DictConfig):
+    kind = cfg.experiment.get("kind", "glm")
+    if kind not in KINDS:
+        raise ValueError(f"The 'kind' parameter of experiment must be one of {tuple(KINDS)}. "
+                         f"Got {kind!r} instead.")
+    return KINDS[kind]
+
+
 def plan_experiment(cfg: DictConfig) -> Any:
     """Every check of the experiment that needs no data (ValueError: one line)."""
-    return KINDS[cfg.experiment.get("kind", "glm")].plan(cfg)
+    return _kind(cfg).plan(cfg)
 
 
 def run_experiment(cfg: DictConfig, output_dir: Path, run_name: str = "",
                    overrides: List[str] = ()) -> Dict[str, Dict[str, Any]]:
     """Check, then run, the experiment of a composed config; returns per-arm numbers."""
     started = time.perf_counter()
-    kind = KINDS.get(cfg.experiment.get("kind", "glm"))
     try:
-        if kind is None:
-            raise ValueError(f"The 'kind' parameter of experiment must be one of {tuple(KINDS)}. "
-                             f"Got {cfg.experiment.kind!r} instead.")
+        kind = _kind(cfg)
+        check_device(cfg.device.name)
         plan = kind.plan(cfg)
     except NoCudaDevice as error:  # one line, exit code 2, before any run is opened
         print(error, file=sys.stderr)

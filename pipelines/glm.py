@@ -22,7 +22,7 @@ from pipelines import progress, report
 from pipelines.config import SolverConfig, check_config, solver_schema
 from pipelines.tracking import PROJECT_ROOT, SWEEP_PARENT_ENV, RoundSampler, flatten
 from solvers.glm.models import get_model
-from tasks.arms import check_device, make_solver, progress_metric, run_arm, warmup
+from tasks.arms import make_solver, progress_metric, run_arm, warmup
 from tasks.cluster import connect, validate_cluster_config
 from tasks.data import cache_key, load_dataset, resolve_path, validate_data_config
 from tasks.distributed_glm.arms import Placement
@@ -50,10 +50,8 @@ class Plan:
 
 
 def plan(cfg: DictConfig) -> Plan:
-    """Every check that needs no data. Raises ValueError (one line) on a bad setting,
-    NoCudaDevice for device=cuda without a GPU."""
+    """Every check that needs no data. Raises ValueError (one line) on a bad setting."""
     check_config(cfg)
-    check_device(cfg.device.name)
     validate_cluster_config(cfg.cluster)
     data = validate_data_config(OmegaConf.to_container(cfg.data, resolve=True))
     cache_key(data, PROJECT_ROOT)  # a data file that is missing fails here

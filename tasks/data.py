@@ -26,7 +26,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 import scipy.sparse as sp
 
-from solvers.glm.checks import Either, Integer, Options, Real, check, check_fields, ruled
+from solvers.glm.checks import Either, Integer, Options, Real, check_fields, ruled
 
 # Progress hook: called with (done, total) while a dataset is being made.
 ProgressFn = Callable[[int, int], None]
@@ -139,7 +139,8 @@ def validate_data_config(cfg: Any) -> Any:
         raise ValueError(f"Unknown key(s) {unknown} for data '{kind}'. Known: {sorted(fields)}.")
     c = check_fields(f"data '{kind}'", DATA_CONFIGS[kind](**cfg))
     if hasattr(c, "n_informative") and c.n_informative > c.n_features:
-        check(f"data '{kind}'", "n_informative", c.n_informative, Integer(1, c.n_features))
+        raise ValueError(f"The 'n_informative' parameter of data '{kind}' must be an int <= n_features "
+                         f"({c.n_features}). Got {c.n_informative} instead.")
     return c
 
 

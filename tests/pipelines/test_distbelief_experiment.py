@@ -3,23 +3,15 @@ and a tiny end-to-end run leaves a parent run with one nested run per arm
 carrying curves and per-run numbers (read back from MLflow)."""
 
 import pytest
-from hydra import compose, initialize_config_dir
 from mlflow.tracking import MlflowClient
 
-from conftest import PROJECT_ROOT, all_runs
-from pipelines.config import register_configs
+from conftest import all_runs, compose_config, family
 from pipelines.distbelief import plan
 
 ARMS = {"sgd_1", "downpour_fixed", "downpour_adagrad", "sandblaster_lbfgs"}
 TINY = ["experiment=distbelief", "data.n_samples=400", "experiment.max_time=1.5", "model.hidden=4",
         "experiment.distbelief.eval_every_s=0.2", "experiment.distbelief.n_eval=200",
         "experiment.distbelief.warmup_steps=5", "cluster.memory_limit=0", "progress=false"]
-
-
-def compose_config(*overrides):
-    register_configs()
-    with initialize_config_dir(config_dir=str(PROJECT_ROOT / "conf"), version_base="1.3"):
-        return compose(config_name="config", overrides=list(overrides))
 
 
 @pytest.mark.parametrize("overrides", [[], ["model=logistic", "data=libsvm"], ["model=mlp", "data=synthetic_dense"]])
@@ -45,27 +37,23 @@ def test_bad_settings_are_one_line_errors(override, message):
     assert message in str(error.value) and "\n" not in str(error.value)
 
 
-def test_cli_fails_before_any_run_without_a_cluster(cli):
-    done = cli("experiment=distbelief", "cluster=none", timeout=120)
-    assert done.returncode == 1 and "must name a Dask cluster" in done.stderr, done.stderr[-2000:]
-    assert all_runs(cli.uri) == []
+def test_no_cluster_fails_before_any_run(experiment):
+    with pytest.raises(SystemExit, match="must name a Dask cluster"):
+        experiment("experiment=distbelief", "cluster=none")
+    assert all_runs(experiment.uri) == []
 
 
 @pytest.mark.distributed
 @pytest.mark.timeout(300)
-def test_tiny_run_tracks_parent_and_arm_runs_with_curves(cli):
-    done = cli(*TINY, timeout=280)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "DistBelief: to train loss" in done.stdout and "sandblaster_lbfgs" in done.stdout
-
-    runs = all_runs(cli.uri)
-    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
-    assert len(parents) == 1
-    parent = parents[0]
+def test_tiny_run_tracks_parent_and_arm_runs_with_curves(experiment, capsys):
+    result = experiment(*TINY)
+    out = capsys.readouterr().out
+    assert "DistBelief: to train loss" in out and "sandblaster_lbfgs" in out
+    parent, arms = family(experiment.uri)
     assert parent.data.params["experiment.kind"] == "distbelief" and parent.data.tags["failures"] == "0"
-    arms = {r.data.tags["arm"]: r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id}
-    assert set(arms) == ARMS and {r.info.status for r in runs} == {"FINISHED"}
-    client = MlflowClient(cli.uri)
+    assert set(arms) == set(result) == ARMS
+    assert {r.info.status for r in all_runs(experiment.uri)} == {"FINISHED"}
+    client = MlflowClient(experiment.uri)
     for name, run in arms.items():
         loss = client.get_metric_history(run.info.run_id, "train_loss")
         samples = client.get_metric_history(run.info.run_id, "samples")

@@ -1,0 +1,103 @@
+"""`python -m pipelines.experiment` as a process: what only a process shows (the
+resolved config Hydra writes, exit codes and one-line errors, signals, multirun
+sweeps). Everything else is tested in-process (test_experiment.py)."""
+
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import PROJECT_ROOT, TINY, all_runs, family
+
+
+def test_smoke_single_run_writes_the_config_and_tracks_it(cli, tmp_path):
+    done = cli(*TINY, "experiment=single")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "reached rel_gap 0.0001" in done.stdout
+    assert (tmp_path / "out" / ".hydra" / "config.yaml").exists()
+    parent, arms = family(cli.uri)
+    assert parent.info.status == "FINISHED" and set(arms) == {"gap"}
+    from mlflow.tracking import MlflowClient
+
+    names = {a.path.split("/")[-1] for a in MlflowClient(cli.uri).list_artifacts(parent.info.run_id, ".hydra")}
+    assert "config.yaml" in names
+
+
+def test_unknown_option_exits_with_one_line_and_no_run(cli):
+    done = cli(*TINY, "model=nope")
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert "model/nope" in done.stderr.strip().splitlines()[0], done.stderr
+    assert all_runs(cli.uri) == []
+
+
+def test_cuda_without_gpu_exits_2_with_one_line(cli):
+    from solvers.duhl.devices import NoCudaDevice, check_device
+
+    try:
+        check_device("cuda")
+        pytest.skip("a GPU is present")
+    except NoCudaDevice:
+        pass
+    done = cli(*TINY, "device=cuda", timeout=120)
+    assert done.returncode == 2
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert lines == [lines[0]] and "no CUDA device found: use device=cpu or device=cuda_sim" in lines[0]
+    assert all_runs(cli.uri) == []
+
+
+def test_multirun_2x2_nests_four_jobs_under_one_sweep_run(cli):
+    done = cli(*TINY, "model=lasso,ridge", "device.memory_budget=0.25,0.5", "experiment=single",
+               multirun=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    runs = all_runs(cli.uri)
+    sweeps = [r for r in runs if r.data.tags.get("sweep") == "true"]
+    assert len(sweeps) == 1 and sweeps[0].info.status == "FINISHED"
+    jobs = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == sweeps[0].info.run_id]
+    assert len(jobs) == 4
+    combos = {(r.data.params["model.name"], r.data.params["device.memory_budget"]) for r in jobs}
+    assert combos == {("lasso", "0.25"), ("lasso", "0.5"), ("ridge", "0.25"), ("ridge", "0.5")}
+    assert all("model=" in r.data.tags["overrides"] for r in jobs)
+    assert len({r.info.experiment_id for r in runs}) == 1
+    assert all(r.info.status == "FINISHED" for r in runs)
+
+
+def test_multirun_with_a_bad_job_leaves_no_running_run(cli):
+    done = cli(*TINY, "experiment=single", "data.n_samples=-5,100", multirun=True)
+    assert done.returncode != 0
+    statuses = {r.info.status for r in all_runs(cli.uri)}
+    assert "RUNNING" not in statuses and "FAILED" in statuses
+
+
+def arm_run_started(db):
+    """Read-only look at the store (an MlflowClient here could race the job creating its tables)."""
+    try:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as connection:
+            return connection.execute("SELECT count(*) FROM tags WHERE key = 'arm'").fetchone()[0] > 0
+    except sqlite3.OperationalError:  # no file or no tables yet
+        return False
+
+
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "kill"])
+def test_interrupted_experiment_ends_every_run_killed(cli, tmp_path, stop):
+    # An arm that would run for a minute: stop it once it is tracked.
+    command = [sys.executable, "-m", "pipelines.experiment", *TINY, f"tracking.uri={cli.uri}",
+               f"hydra.run.dir={tmp_path / 'out'}", f"cache_dir={tmp_path / 'cache'}",
+               "experiment=single", "experiment.target_rel_gap=1e-300", "experiment.max_time=60",
+               "solver.max_epochs=1e9", "tracking.flush_every_s=0.2"]
+    process = subprocess.Popen(command, cwd=PROJECT_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while not arm_run_started(cli.db):
+            assert process.poll() is None, process.stderr.read().decode()[-3000:]
+            assert time.monotonic() < deadline, "no arm run appeared"
+            time.sleep(0.5)
+        process.send_signal(stop)
+        process.wait(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode != 0
+    assert {r.info.status for r in all_runs(cli.uri)} == {"KILLED"}

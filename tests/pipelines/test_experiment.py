@@ -1,0 +1,164 @@
+"""pipelines.experiment.run_experiment in this process, on tiny data: what a run leaves in
+MLflow, failures that end runs FAILED, checks that stop before any run, and the
+CoCoA+ and DIANA presets end to end."""
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from conftest import TINY, all_runs, compose_config, family
+
+ARMS = {"gap", "sequential", "random", "full"}
+SMALL = ["data.n_samples=150", "data.n_features=30", "data.n_informative=5", "experiment.max_time=2",
+         "cluster=none", "progress=false"]
+
+
+def test_experiment_tracks_parent_arms_metrics_and_artifacts(experiment, capsys):
+    result = experiment(*TINY)
+    out = capsys.readouterr().out
+    assert "reached rel_gap 0.0001" in out and "x vs sequential" in out
+    parent, arms = family(experiment.uri)
+    assert set(arms) == set(result) == ARMS
+    assert {r.info.status for r in all_runs(experiment.uri)} == {"FINISHED"}
+
+    # Params: the flattened resolved config; tags: commit, host, device.
+    assert parent.data.params["model.name"] == "lasso"
+    assert parent.data.params["data.n_samples"] == "120"
+    assert parent.data.params["experiment.arms.full.memory_budget"] == "None"
+    assert {"git_commit", "host", "device"} <= set(parent.data.tags)
+    assert arms["sequential"].data.params["selection"] == "sequential"
+
+    client = MlflowClient(experiment.uri)
+    for name, run in arms.items():
+        history = client.get_metric_history(run.info.run_id, "rel_gap")
+        steps = [m.step for m in history]
+        assert len(history) >= 2 and steps == sorted(steps)
+        assert run.data.metrics["final_rel_gap"] == pytest.approx(history[-1].value)
+        assert result[name]["final_rel_gap"] == pytest.approx(history[-1].value)
+        if run.data.metrics["reached_target"]:
+            # the first logged value at the target is the one the run reports
+            first = next(m for m in history if m.value <= 1e-4)
+            times = {m.step: m.value for m in client.get_metric_history(run.info.run_id, "time_s")}
+            assert run.data.metrics["time_to_target_s"] == pytest.approx(times[first.step])
+            assert "bytes_to_target" in run.data.metrics
+        artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+        assert f"{name}.csv" in artifacts
+
+    gap = arms["gap"].data.metrics
+    assert gap["reached_target"] == 1.0, gap
+    for baseline in ("sequential", "random", "full"):
+        other = arms[baseline].data.metrics
+        expected = other["time_to_target_s"] / gap["time_to_target_s"]
+        assert parent.data.metrics[f"speedup_vs_{baseline}"] == pytest.approx(expected)
+    assert 0 < parent.data.metrics["tracking_overhead"] < 1
+    artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
+    assert {"rel_gap_vs_time.png", "rel_gap_vs_bytes.png", "traces"} <= artifacts
+
+
+def test_failure_inside_a_run_ends_it_failed_with_the_error(experiment):
+    # "1B" passes the start-up check but is below one coordinate's data: the solver raises.
+    with pytest.raises(ValueError, match="below one coordinate's data"):
+        experiment(*TINY, "device.memory_budget=1B")
+    runs = all_runs(experiment.uri)
+    assert runs and all(r.info.status == "FAILED" for r in runs)
+    assert any("memory_budget" in r.data.tags.get("error", "") for r in runs)
+
+
+@pytest.mark.parametrize("override,expected", [
+    ("device.memory_budget=abc", "'memory_budget' parameter of device"),
+    ("data.n_samples=-5", "'n_samples' parameter of data 'synthetic_dense'"),
+    ("model.alpha=-1", "'alpha' parameter of model 'lasso' must be a float > 0. Got -1"),
+    ("model=elastic_net model.l1_ratio=2", "'l1_ratio' parameter of model 'elastic_net' must be a float in [0, 1]"),
+    ("model=svm model.loss=bogus", "'loss' parameter of model 'svm' must be one of ('hinge', 'squared_hinge')"),
+    ("+model.gamma=1", "Key 'gamma' not in"),
+    ("experiment.main_arm=nope", "'main_arm' parameter of experiment names arm(s) ['nope']"),
+])
+def test_bad_setting_exits_with_one_line_before_any_run(experiment, override, expected):
+    with pytest.raises(SystemExit) as error:
+        experiment(*TINY, *override.split())
+    message = str(error.value)
+    assert message.startswith("Error: ") and "\n" not in message
+    assert expected in message, message
+    assert all_runs(experiment.uri) == []  # nothing opened, so nothing RUNNING
+
+
+def test_cuda_without_a_gpu_exits_2_before_any_run(experiment, capsys):
+    from solvers.duhl.devices import NoCudaDevice, check_device
+
+    try:
+        check_device("cuda")
+        pytest.skip("a GPU is present")
+    except NoCudaDevice:
+        pass
+    with pytest.raises(SystemExit) as error:
+        experiment(*TINY, "device=cuda")
+    assert error.value.code == 2
+    assert "no CUDA device found: use device=cpu or device=cuda_sim" in capsys.readouterr().err
+    assert all_runs(experiment.uri) == []
+
+
+def test_cocoa_end_to_end(experiment, capsys):
+    experiment("experiment=cocoa", *SMALL, "experiment.target_rel_gap=1e-4")
+    out = capsys.readouterr().out
+    assert "To rel_gap <= 0.0001" in out and "Mbit sent" in out
+    parent, arms = family(experiment.uri)
+    assert set(arms) == {"k1", "k2_adding", "k2_averaging", "k4_adding", "k4_averaging"}
+    assert parent.info.status == "FINISHED"
+    client = MlflowClient(experiment.uri)
+    for name, run in arms.items():
+        assert run.info.status == "FINISHED" and run.data.params["n_parts"] in ("1", "2", "4")
+        gaps = client.get_metric_history(run.info.run_id, "rel_gap")
+        assert len(gaps) >= 2 and gaps[-1].value <= 1e-4, name
+        assert client.get_metric_history(run.info.run_id, "bits_sent")
+        m = run.data.metrics
+        assert m["reached_target"] == 1 and "bits_to_target" in m
+    assert arms["k1"].data.metrics["bits_to_target"] >= 0
+    assert arms["k4_adding"].data.metrics["bits_to_target"] > 0  # four parts send dv every round
+    names = {a.path for a in client.list_artifacts(parent.info.run_id)}
+    assert {"rel_gap_vs_time.png", "rel_gap_vs_bits.png"} <= names
+
+
+def test_diana_end_to_end(experiment, capsys):
+    experiment("experiment=diana", *SMALL, "experiment.target_suboptimality=1e-4", "experiment.max_time=1")
+    assert "To suboptimality <= 0.0001" in capsys.readouterr().out
+    parent, arms = family(experiment.uri)
+    assert {"gd", "diana_natural", "diana_dither", "no_shift_dither", "ef21_top_k"} <= set(arms)
+    client = MlflowClient(experiment.uri)
+    for name, run in arms.items():
+        sub = client.get_metric_history(run.info.run_id, "suboptimality")
+        bits = client.get_metric_history(run.info.run_id, "bits_sent")
+        assert len(sub) >= 2 and sub[-1].value < sub[0].value and bits[-1].value > 0, name
+        assert "final_suboptimality" in run.data.metrics
+        assert client.get_metric_history(run.info.run_id, "rel_gap") == []  # no gap: not called one
+    for name in ("gd", "diana_natural"):
+        m = arms[name].data.metrics
+        assert m["reached_target"] == 1 and m["bits_to_target"] > 0 and m["time_to_target_s"] > 0
+    # natural compression: 9 bits a coordinate instead of 32, and about as many rounds
+    assert arms["diana_natural"].data.metrics["bits_to_target"] < arms["gd"].data.metrics["bits_to_target"]
+    names = {a.path for a in client.list_artifacts(parent.info.run_id)}
+    assert {"suboptimality_vs_time.png", "suboptimality_vs_bits.png"} <= names
+
+
+def test_lost_scheduler_fails_the_runs_with_a_clear_error(experiment, monkeypatch):
+    import pipelines.glm as glm
+    from tasks.distributed_glm.replicas import ClusterLost
+
+    def lost(*args, **kwargs):
+        raise ClusterLost("lost the dask scheduler: connection closed")
+
+    monkeypatch.setattr(glm, "run_arm", lost)
+    with pytest.raises(SystemExit, match="ClusterLost: lost the dask scheduler") as error:
+        experiment("experiment=cocoa", *SMALL)
+    assert "\n" not in str(error.value)
+    parent, arms = family(experiment.uri)
+    assert set(arms) == {"k1"}  # the first arm's failure ends the experiment
+    assert parent.info.status == "FAILED" and arms["k1"].info.status == "FAILED"
+    assert arms["k1"].data.tags["error"].startswith("ClusterLost: lost the dask scheduler")
+
+
+def test_every_kind_plans_from_its_preset():
+    from pipelines.experiment import plan_experiment
+
+    assert plan_experiment(compose_config("experiment=default")).main_arm == "gap"
+    assert "downpour_adagrad" in plan_experiment(compose_config("experiment=distbelief"))["arms"]
+    with pytest.raises(ValueError, match="'kind' parameter of experiment must be one of"):
+        plan_experiment(compose_config("experiment.kind=hogwild"))

@@ -1,0 +1,27 @@
+"""tasks.problems: labels as each model needs them; the warm-up's miniature keeps what
+Numba compiles on (dtype, layout, read-only flags)."""
+
+import numpy as np
+
+from tasks.problems import labels_for, read_only_miniature
+
+
+def test_continuous_targets_become_two_balanced_classes_for_classifiers():
+    y = np.array([-2.0, -1.0, 0.5, 3.0])
+    np.testing.assert_array_equal(labels_for("svm", y), [-1, -1, 1, 1])
+    np.testing.assert_array_equal(labels_for("mlp", y), [-1, -1, 1, 1])
+    np.testing.assert_array_equal(labels_for("lasso", y), y)
+
+
+def test_two_classes_map_the_larger_to_plus_one():
+    np.testing.assert_array_equal(labels_for("logistic", np.array([0, 1, 1])), [-1, 1, 1])
+    np.testing.assert_array_equal(labels_for("svm", np.array([7, 2, 7])), [1, -1, 1])
+
+
+def test_warmup_miniature_keeps_dtype_layout_and_read_only_flags():
+    X = np.asfortranarray(np.random.default_rng(0).standard_normal((500, 8)).astype(np.float32))
+    X.setflags(write=False)
+    y = np.where(np.arange(500) < 480, -1.0, 1.0)  # rare positives, all at the end
+    small, small_y = read_only_miniature("svm", X, y)
+    assert small.dtype == np.float32 and np.isfortran(small) and not small.flags.writeable
+    assert set(np.unique(small_y)) == {-1.0, 1.0} and not small_y.flags.writeable
