@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
-from solvers.duhl.devices import NoCudaDevice, check_device  # noqa: F401 (pipelines import tasks, not solvers)
+from solvers.duhl.devices import NoCudaDevice, check_device  # noqa: F401 (re-exported for pipelines)
 from solvers.duhl.solver import DuHL
 from solvers.duhl.warmup import compile_kernels
 from tasks.data import read_cached

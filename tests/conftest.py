@@ -26,3 +26,34 @@ def pytest_collection_modifyitems(config, items):
     if reason:
         for item in gpu_items:
             item.add_marker(pytest.mark.skip(reason=f"needs a CUDA GPU: {reason}"))
+
+
+def _local_cluster():
+    from tasks.cluster import connect
+
+    return connect({"name": "local", "n_workers": 2, "threads_per_worker": 1, "memory_limit": 0,
+                    "timeout_s": 120})
+
+
+@pytest.fixture(scope="session")
+def dask_client():
+    """One LocalCluster of 2 worker processes (1 thread each) for the session, through the
+    project's own start-up (tasks.cluster.connect). A test may kill a worker (its nanny
+    restarts it: the fixture waits for both before the next test); a module that takes
+    workers away for good uses ``disposable_dask_client``."""
+    with _local_cluster() as client:
+        yield client
+
+
+@pytest.fixture(autouse=True)
+def _both_workers_back(request):
+    yield
+    if "dask_client" in request.fixturenames:
+        request.getfixturevalue("dask_client").wait_for_workers(2, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def disposable_dask_client():
+    """The same LocalCluster as ``dask_client``, for one module whose tests retire workers."""
+    with _local_cluster() as client:
+        yield client

@@ -127,7 +127,10 @@ def run_downpour(client, spec: DataSpec, model_cfg: Mapping[str, Any], *, n_repl
         evaluate()
         last_eval = elapsed()
         while status is None:
-            time.sleep(0.02)
+            try:  # wake when a replica ends (done or failed), else look around every 20 ms
+                wait([f for f in futures.values() if not f.done()], timeout=0.02, return_when="FIRST_COMPLETED")
+            except TimeoutError:
+                pass
             if not others_started:
                 version = shards.actors[0].stats(False).result(timeout=timeout)["version"]
                 if version * n_push >= warmup_steps or futures[0].done():
@@ -145,8 +148,7 @@ def run_downpour(client, spec: DataSpec, model_cfg: Mapping[str, Any], *, n_repl
                 if f.status in ("error", "cancelled"):
                     error = f.exception(timeout=timeout) if f.status == "error" else "cancelled"
                     failures.append({"time_s": elapsed(), "what": f"replica {k} failed: {error!r}"[:300]})
-                    if "Actor" in repr(error) or "actor" in repr(error):
-                        recover_shards(error)
+                    recover_shards(error)  # restarts only the shards that no longer answer
                     if not live:
                         raise RuntimeError("every worker was lost")
                     submit(k)
@@ -175,8 +177,7 @@ def run_downpour(client, spec: DataSpec, model_cfg: Mapping[str, Any], *, n_repl
         client.cancel([f for f in futures.values() if not f.done()])
     last = evaluate(final=True)
     w = shards.read()
-    for f in shards._futures:
-        f.release()
+    shards.release()
     trace = pd.DataFrame(rows)
     counters = {"restarts": restarts, "failures": len(failures), "replicas": K}
     return DistBeliefResult(trace=trace, status=status, time_s=last["time_s"], train_loss=last["train_loss"],

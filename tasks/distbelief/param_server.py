@@ -150,11 +150,20 @@ def shard_bounds(n_params: int, n_shards: int) -> List[Tuple[int, int]]:
 class ShardSet:
     """The shards seen from a client (driver or replica)."""
 
-    def __init__(self, actors: Sequence, bounds: Sequence[Tuple[int, int]], timeout: float = TIMEOUT_S):
+    def __init__(self, actors: Sequence, bounds: Sequence[Tuple[int, int]], timeout: float = TIMEOUT_S,
+                 futures: Sequence = ()):
         self.actors, self.bounds, self.timeout = list(actors), list(bounds), timeout
+        # the driver's futures of the actors: they keep the actors alive while held
+        self.futures = list(futures)
 
     def __getstate__(self):  # replicas get the actor handles, not the driver's futures
-        return {"actors": self.actors, "bounds": self.bounds, "timeout": self.timeout}
+        return {"actors": self.actors, "bounds": self.bounds, "timeout": self.timeout, "futures": []}
+
+    def release(self) -> None:
+        """Let the actors go (the driver is done with them)."""
+        for future in self.futures:
+            future.release()
+        self.futures = []
 
     @property
     def n_params(self) -> int:
@@ -245,10 +254,7 @@ def start_param_server(client, w0, mask, n_shards: int = 2, rule: str = "adagrad
     futures = [client.submit(ParamShard, i, w0[lo:hi], mask[lo:hi], rule, lr, snapshot_dir, snapshot_every,
                              actor=True, workers=[workers[i % len(workers)]], pure=False)
                for i, (lo, hi) in enumerate(bounds)]
-    actors = [f.result(timeout=timeout) for f in futures]
-    shards = ShardSet(actors, bounds, timeout)
-    shards._futures = futures  # keep the actors alive as long as the ShardSet lives on the driver
-    return shards
+    return ShardSet([f.result(timeout=timeout) for f in futures], bounds, timeout, futures)
 
 
 def restart_shard(client, shards: ShardSet, index: int, w0, mask, rule: str, lr: float, snapshot_dir: str,
@@ -258,4 +264,4 @@ def restart_shard(client, shards: ShardSet, index: int, w0, mask, rule: str, lr:
     future = client.submit(ParamShard, index, np.asarray(w0)[lo:hi], np.asarray(mask)[lo:hi], rule, lr,
                            snapshot_dir, snapshot_every, actor=True, workers=list(workers), pure=False)
     shards.actors[index] = future.result(timeout=shards.timeout)
-    shards._futures[index] = future
+    shards.futures[index] = future

@@ -183,8 +183,7 @@ def run_sandblaster(client, spec: DataSpec, model_cfg: Mapping[str, Any], *, n_s
         record({"iteration": 0, "f": result.f, "grad_norm": result.grad_norm, "step": 0.0, "x": result.x})
     w = shards.get(result.x)
     last = rows[-1]
-    for f in shards._futures:
-        f.release()
+    shards.release()
     counters.update(f=result.f, n_iter=result.n_iter, failures=len(failures))
     return DistBeliefResult(trace=pd.DataFrame(rows), status=status, time_s=last["time_s"],
                             train_loss=last["train_loss"], test_accuracy=last["test_accuracy"], w=w,

@@ -30,6 +30,9 @@ from typing import Any, Dict, List, Mapping
 import numpy as np
 import scipy.sparse as sp
 
+from distributed import CancelledError, as_completed
+from distributed.scheduler import KilledWorker
+
 from solvers.distributed_glm.cocoa import CocoaPart
 from solvers.distributed_glm.diana import DianaWorker, shard_rows
 from tasks.data import read_cached
@@ -129,6 +132,7 @@ class _DaskReplicas:
         self.prefix = f"replica-{uuid.uuid4().hex[:8]}-"
         self.timeout_s = float(timeout_s)
         self.max_recoveries = max_recoveries
+        self.recoveries = 0
         self.events: List[dict] = []
         self.round_no = 0
         self.home = [None] * n  # worker address of each replica
@@ -157,51 +161,66 @@ class _DaskReplicas:
                                   workers=[self.home[i]], allow_other_workers=True, pure=False,
                                   key=f"{self.prefix}{i}-r{self.round_no}-{uuid.uuid4().hex[:6]}")
 
-    def run_round(self, fn, args, build_for):
-        """Results of ``fn`` for every replica this round; rebuilds replicas as needed."""
-        from dask.distributed import wait
+    def _reason(self, future) -> str:
+        """Why a replica's task did not finish, when a rebuild on a live worker is the remedy;
+        raises ClusterLost (the scheduler is gone) or the task's own error (a bug: not retried)."""
+        if self.client.status != "running":
+            raise ClusterLost(f"lost the dask scheduler ({self.client.status})")
+        if future.status == "error":
+            error = future.exception()
+            if not isinstance(error, (NeedState, KilledWorker)):
+                raise error
+            return f"{type(error).__name__}: {error}"
+        return future.status  # cancelled, lost
 
-        futures = {i: self._submit(fn, i, args, None if self.built[i] else build_for(i))
-                   for i in range(len(self.home))}
-        self.built = [True] * len(self.home)
-        results: Dict[int, Any] = {}
-        attempts = 0
-        while futures:
+    def _rebuild(self, fn, i, args, build_for, reason):
+        self.recoveries += 1
+        if self.recoveries > self.max_recoveries * len(self.home):
+            raise RuntimeError(f"replicas failed {self.recoveries} times this round; last: replica {i}: {reason}")
+        old, self.home[i] = self.home[i], None  # pick a live worker
+        future = self._submit(fn, i, args, build_for(i))
+        self.events.append({"round": self.round_no, "replica": i, "reason": reason[:200],
+                            "from_worker": old, "to_worker": self.home[i], "time": time.time()})
+        return future
+
+    def run_round(self, fn, args, build_for):
+        """Results of ``fn`` for every replica this round, gathered in one round trip; a
+        replica whose worker is gone (its task reran where the replica is not: NeedState)
+        or that does not answer within ``timeout_s`` is rebuilt on a live worker."""
+        n = len(self.home)
+        self.recoveries = 0
+        pending = {self._submit(fn, i, args, None if self.built[i] else build_for(i)): i for i in range(n)}
+        self.built = [True] * n
+        finished: Dict[int, Any] = {}
+        while pending:
+            done = as_completed(list(pending), timeout=self.timeout_s)
             try:
-                wait(list(futures.values()), timeout=self.timeout_s)
+                for future in done:
+                    i = pending.pop(future)
+                    if future.status == "finished":
+                        finished[i] = future
+                    else:
+                        new = self._rebuild(fn, i, args, build_for, self._reason(future))
+                        pending[new] = i
+                        done.add(new)
             except TimeoutError:
-                pass
-            except Exception as error:  # the client lost its scheduler
-                raise ClusterLost(f"lost the dask scheduler: {error}") from None
-            retry = []
-            done = [i for i, fut in futures.items() if fut.status == "finished"]
-            if done:  # one gather for the round, not a round trip per replica
-                try:
-                    for i, value in zip(done, self.client.gather([futures[i] for i in done])):
-                        results[i] = value
-                        del futures[i]
-                except Exception:  # gone between wait and gather: retried below
-                    pass
-            for i, fut in list(futures.items()):
-                if fut.status == "finished":
-                    continue  # lost between wait and gather: next pass
-                elif fut.status in ("error", "cancelled", "lost") or not fut.done():
-                    reason = "timeout" if not fut.done() else repr(fut.exception()) if fut.status == "error" else fut.status
-                    if not self.client.status == "running":
-                        raise ClusterLost(f"lost the dask scheduler ({self.client.status})")
-                    fut.cancel()
-                    retry.append((i, reason))
-            for i, reason in retry:
-                attempts += 1
-                if attempts > self.max_recoveries * len(self.home):
-                    raise RuntimeError(f"replica {i} failed {attempts} times this round; last: {reason}")
-                old = self.home[i]
-                self.home[i] = None  # pick a live worker
-                futures[i] = self._submit(fn, i, args, build_for(i))
-                self.events.append({"round": self.round_no, "replica": i, "reason": reason[:200],
-                                    "from_worker": old, "to_worker": self.home[i], "time": time.time()})
+                for future, i in list(pending.items()):
+                    future.cancel()
+                    del pending[future]
+                    pending[self._rebuild(fn, i, args, build_for, f"no answer in {self.timeout_s:g} s")] = i
+                continue
+            try:
+                values = self.client.gather([finished[i] for i in range(n)])
+            except (NeedState, KilledWorker, CancelledError, OSError):  # a result lost with its worker
+                lost = [i for i in range(n) if finished[i].status != "finished"]
+                if not lost:
+                    self._reason(finished[0])  # ClusterLost when the scheduler is gone
+                    raise
+                for i in lost:
+                    pending[self._rebuild(fn, i, args, build_for, "result lost with its worker")] = i
+                    del finished[i]
         self.round_no += 1
-        return [results[i] for i in range(len(self.home))]
+        return values
 
     def close(self):
         try:

@@ -156,13 +156,23 @@ def test_blas_gap_kernel_equals_cpu_gaps(cuda_kernels, model):
 
 
 def test_duhl_with_blas_gaps_certifies_every_row(cuda_kernels):
-    p = _tiny("lasso", False)
+    import glm_oracles as go
+    from conftest import spy_on_certificates
+
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((14, 9)) + 0.3
+    y = X @ rng.standard_normal(9) + 0.1 * rng.standard_normal(14)
+    params = {"alpha": 0.05}
+    p = make_problem("lasso", X, y, **params)
+    seen = spy_on_certificates(p)
     res = DuHL(memory_budget=0.5, tol=0.0, max_epochs=4, random_state=0, device="cuda_sim",
                gap_kernel="blas").solve(p)
-    h = res.trace
-    assert len(h) > 2
-    # each row's gap (device gaps by cuBLAS + host gaps) is the exact P - D of its state
-    np.testing.assert_allclose(h.primal - h.dual, h.gap, rtol=1e-9, atol=1e-12 * p.P0)
+    assert len(res.trace) > 2 and len(seen) == len(res.trace)
+    # each row's gap (device gaps by cuBLAS + host gaps) is the exact P - D of its state,
+    # P and D written out in glm_oracles from a alone
+    for a, gap in seen:
+        P, D = go.gap_from_coordinates("lasso", X, y, a, params)
+        assert gap == pytest.approx(P - D, rel=1e-9, abs=1e-12 * p.P0)
 
 
 def test_gap_kernel_is_validated():

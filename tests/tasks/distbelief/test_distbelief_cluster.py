@@ -21,16 +21,8 @@ MODEL = {"name": "logistic", "C": 1.0}
 
 
 @pytest.fixture(scope="module")
-def client():
-    from dask.distributed import Client, LocalCluster
-
-    cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
-                           memory_limit=0, timeout=120)
-    client = Client(cluster, timeout=120)
-    client.wait_for_workers(2, timeout=120)
-    yield client
-    client.close(timeout=30)
-    cluster.close(timeout=30)
+def client(disposable_dask_client):
+    return disposable_dask_client
 
 
 @pytest.fixture(scope="module")

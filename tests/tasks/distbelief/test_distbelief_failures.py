@@ -23,16 +23,8 @@ MODEL = {"name": "logistic", "C": 1.0}
 
 
 @pytest.fixture(scope="module")
-def client():
-    from dask.distributed import Client, LocalCluster
-
-    cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
-                           memory_limit=0, timeout=120)
-    client = Client(cluster, timeout=120)
-    client.wait_for_workers(2, timeout=120)
-    yield client
-    client.close(timeout=30)
-    cluster.close(timeout=30)
+def client(disposable_dask_client):
+    return disposable_dask_client
 
 
 def test_shard_restarted_after_its_worker_dies_resumes_from_its_snapshot(client, tmp_path):
@@ -62,8 +54,7 @@ def test_shard_restarted_after_its_worker_dies_resumes_from_its_snapshot(client,
     shards.push(grads[10], [10, 10])
     rule.apply(expected, grads[10])
     np.testing.assert_allclose(shards.read(), expected, rtol=1e-12)
-    for f in shards._futures:
-        f.release()
+    shards.release()
 
 
 def test_sandblaster_completes_when_a_worker_is_retired_mid_round(client, tmp_path):

@@ -37,12 +37,9 @@ def test_no_dashboard_leaves_port_8787_alone():
             pytest.skip("port 8787 is held by another process on this machine")
 
 
-# One LocalCluster for the module (start-up costs seconds); the killed-worker test runs
-# after the others that need both workers, and waits for the nanny's restart.
-@pytest.fixture(scope="module")
-def client():
-    with connect({"name": "local", "n_workers": 2, "threads_per_worker": 1, "timeout_s": 60}) as c:
-        yield c
+@pytest.fixture
+def client(dask_client):
+    return dask_client
 
 
 @pytest.fixture(scope="module")
