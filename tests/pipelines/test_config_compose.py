@@ -8,6 +8,7 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.errors import ConfigCompositionException, MissingConfigException
 
 from pipelines.config import register_configs
+from solvers.glm.models import MODELS
 from pipelines.experiment import plan_experiment
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
@@ -29,7 +30,7 @@ def options():
 
 def test_every_group_has_its_options(hydra_conf):
     found = {g: set(hydra_conf.get_group_options(g)) for g in GROUPS}
-    assert found["model"] == {"lasso", "elastic_net", "ridge", "svm", "logistic", "mlp"}
+    assert found["model"] == set(MODELS) | {"mlp"}  # every registered GLM, and DistBelief's MLP
     assert {"synthetic_dense", "synthetic_sparse", "libsvm", "sklearn", "sphere"} == found["data"]
     assert {"duhl", "duhl_gap", "duhl_random", "duhl_sequential", "duhl_importance", "cocoa", "diana"} <= found["solver"]
     assert {"default", "duhl_svm"} <= found["experiment"]

@@ -1,0 +1,74 @@
+"""What every model entry is: a ``Math`` (its scalar functions) and a ``Model`` (what the
+user names and how it becomes kernel parameters)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Optional
+
+from numba.extending import register_jitable
+
+
+# scalar helpers the models' math shares
+@register_jitable
+def sigmoid(t):
+    if t >= 0.0:
+        return 1.0 / (1.0 + math.exp(-t))
+    e = math.exp(t)
+    return e / (1.0 + e)
+
+
+@register_jitable
+def softplus(t):
+    """log(1 + exp(t)) without overflow (the logistic loss of margin -t)."""
+    if t > 0.0:
+        return t + math.log1p(math.exp(-t))
+    return math.log1p(math.exp(t))
+
+
+@register_jitable
+def xlogx(x):
+    if x <= 0.0:
+        return 0.0
+    return x * math.log(x)
+
+
+@dataclass(frozen=True)
+class Math:
+    """A separable g with its conjugate, coordinate gap and exact coordinate update,
+    all scalar functions of (theta, ...) compiled by Numba for CPU and CUDA."""
+
+    Theta: type
+    g: Callable
+    g_conj: Callable
+    gap: Callable
+    update: Callable
+
+
+@dataclass(frozen=True)
+class Model:
+    """One model: what the user names, what the kernels compute.
+
+    ``params``: make_problem's named parameters with their defaults (checked by
+    ``solvers.glm.checks`` rules of the same names). ``theta(params, P0)`` gives the
+    kernel parameters. Regression models take ``curvature`` c of f = c/2 ||Xw - y||^2
+    (c = 1/n as scikit-learn's Lasso, or 2 for Ridge's ||y - Xw||^2). Classifiers
+    (coordinates = samples, solved in the dual) have ``dual_from_margin``: the dual
+    variable the KKT conditions give a sample of margin y <w, x> (the peers' w is
+    scored with it).
+    """
+
+    name: str
+    estimator: str
+    classifier: bool
+    math: Math
+    params: Mapping[str, Any]
+    theta: Callable[[Mapping[str, Any], float], Any]
+    curvature: Optional[Callable[[int], float]] = None
+    dual_from_margin: Optional[Callable[[Any, Any], Any]] = None
+    doc: str = field(default="", compare=False)
+
+
+# the named parameters every classifier shares (its intercept as a penalised feature, as liblinear)
+CLASSIFIER_PARAMS = {"C": 1.0, "fit_intercept": True, "intercept_scaling": 1.0}

@@ -1,0 +1,65 @@
+"""LinearSVC in the dual (coordinates = samples, a = dual variables): the hinge and the
+squared hinge loss."""
+
+from typing import NamedTuple
+
+import numpy as np
+from numba.extending import register_jitable
+
+from solvers.glm.models.base import CLASSIFIER_PARAMS, Math, Model
+
+
+class SVMTheta(NamedTuple):
+    """g(a) = -a on [0, C] (hinge), or -a + a^2/(4C) on a >= 0 (squared hinge: squared = 1)."""
+
+    C: float
+    squared: float
+
+
+@register_jitable
+def _g(theta, a):
+    if theta.squared:
+        return -a + a * a / (4.0 * theta.C)
+    return -a
+
+
+@register_jitable
+def _conj(theta, x):
+    h = max(0.0, x + 1.0)
+    if theta.squared:
+        return theta.C * h * h
+    return theta.C * h
+
+
+@register_jitable
+def _gap(theta, a, s):
+    if theta.squared:
+        return a * s + _g(theta, a) + _conj(theta, -s)
+    # the generic formula's value, written as the paper does (no cancellation)
+    return theta.C * max(0.0, 1.0 - s) - a * (1.0 - s)
+
+
+@register_jitable
+def _update(theta, a, s, L):
+    if theta.squared:
+        return max((L * a - s + 1.0) / (L + 0.5 / theta.C), 0.0)
+    if L <= 0.0:
+        return theta.C if s < 1.0 else 0.0
+    return min(max(a - (s - 1.0) / L, 0.0), theta.C)
+
+
+SVM = Math(SVMTheta, _g, _conj, _gap, _update)
+
+
+def _dual_from_margin(theta, m):
+    if theta.squared:
+        return np.maximum(0.0, 2.0 * theta.C * (1.0 - m))
+    return np.where(m < 1.0, theta.C, 0.0)  # margin points: refined by the caller if it can
+
+
+MODELS = [
+    Model("svm", "LinearSVC", True, SVM, {**CLASSIFIER_PARAMS, "loss": "hinge"},
+          lambda p, P0: SVMTheta(float(p["C"]), float(p["loss"] == "squared_hinge")),
+          dual_from_margin=_dual_from_margin,
+          doc="1/2 ||w||^2 + C sum hinge or squared hinge, in the dual"),
+]
