@@ -25,108 +25,105 @@ from solvers.glm.models import coord_gap, coord_update, g_value, source_digest
 
 # reassociation lets LLVM vectorise the dot products; no NaN/inf assumptions
 _OPTS = dict(nogil=True, cache=True, fastmath={"reassoc", "contract"}, error_model="numpy")
+_MODEL_CODE = f"{source_digest():014x}"
 
 
-def _kernels(model_code):
-    """The kernels, closed over ``model_code``, a hash of the model math they inline.
+def _model_kernel(fn):
+    """``njit`` for a kernel that inlines the model math, with an on-disk cache of its own
+    per version of that math.
 
-    Numba keys a cached function on its own source file and on the values of its
-    closure, not on the functions it inlines from other files (numba#1833). The
-    closure makes an edit to solvers/glm/models.py compile anew instead of loading
-    stale machine code; nothing is ever deleted.
+    Numba keys a cached function on its own source file only, not on the functions it
+    inlines from other files (numba#1833), and its cache index pickles the argument
+    types (a model's theta class): an edit to solvers/glm/models/ could otherwise load
+    stale machine code, or fail to unpickle the index. The cache file is named after the
+    function's qualified name, so naming it after a hash of the model code gives every
+    version of that code its own files. Nothing is ever deleted.
     """
+    fn.__qualname__ = f"{fn.__name__}__models_{_MODEL_CODE}"
+    return njit(**_OPTS)(fn)
 
-    @njit(**_OPTS)
-    def scd_epoch_dense(rows, coords, order, a, z, off, mu, sqnorm, c, theta):
-        """One pass of exact coordinate minimisation over ``rows[order]``; returns updates made."""
-        model_code  # noqa: B018 (see _kernels)
-        m = z.shape[0]
-        n_cols = rows.shape[1]
-        for j in order:
-            i = coords[j]
-            s = 0.0
+
+@_model_kernel
+def scd_epoch_dense(rows, coords, order, a, z, off, mu, sqnorm, c, theta):
+    """One pass of exact coordinate minimisation over ``rows[order]``; returns updates made."""
+    m = z.shape[0]
+    n_cols = rows.shape[1]
+    for j in order:
+        i = coords[j]
+        s = 0.0
+        for k in range(n_cols):
+            s += rows[j, k] * z[k]
+        s -= c * off[0] * m * mu[i]
+        ai = a[i]
+        x = coord_update(theta, ai, s, c * sqnorm[i])
+        d = x - ai
+        if d != 0.0:
+            cd = c * d
             for k in range(n_cols):
-                s += rows[j, k] * z[k]
-            s -= c * off[0] * m * mu[i]
-            ai = a[i]
-            x = coord_update(theta, ai, s, c * sqnorm[i])
-            d = x - ai
-            if d != 0.0:
-                cd = c * d
-                for k in range(n_cols):
-                    z[k] += cd * rows[j, k]
-                off[0] += d * mu[i]
-                a[i] = x
-        return order.shape[0]
+                z[k] += cd * rows[j, k]
+            off[0] += d * mu[i]
+            a[i] = x
+    return order.shape[0]
 
-    @njit(**_OPTS)
-    def scd_epoch_sparse(indptr, indices, data, coords, order, a, z, off, mu, sqnorm, c, theta):
-        """Same as :func:`scd_epoch_dense` for a CSR matrix of coordinates."""
-        model_code  # noqa: B018 (see _kernels)
-        m = z.shape[0]
-        for j in order:
-            i = coords[j]
-            start = indptr[j]
-            stop = indptr[j + 1]
-            s = 0.0
+@_model_kernel
+def scd_epoch_sparse(indptr, indices, data, coords, order, a, z, off, mu, sqnorm, c, theta):
+    """Same as :func:`scd_epoch_dense` for a CSR matrix of coordinates."""
+    m = z.shape[0]
+    for j in order:
+        i = coords[j]
+        start = indptr[j]
+        stop = indptr[j + 1]
+        s = 0.0
+        for k in range(start, stop):
+            s += data[k] * z[np.uint64(indices[k])]
+        s -= c * off[0] * m * mu[i]
+        ai = a[i]
+        x = coord_update(theta, ai, s, c * sqnorm[i])
+        d = x - ai
+        if d != 0.0:
+            cd = c * d
             for k in range(start, stop):
-                s += data[k] * z[np.uint64(indices[k])]
-            s -= c * off[0] * m * mu[i]
-            ai = a[i]
-            x = coord_update(theta, ai, s, c * sqnorm[i])
-            d = x - ai
-            if d != 0.0:
-                cd = c * d
-                for k in range(start, stop):
-                    z[np.uint64(indices[k])] += cd * data[k]
-                off[0] += d * mu[i]
-                a[i] = x
-        return order.shape[0]
+                z[np.uint64(indices[k])] += cd * data[k]
+            off[0] += d * mu[i]
+            a[i] = x
+    return order.shape[0]
 
-    @njit(**_OPTS)
-    def gaps_dense(rows, positions, coords, a, z, off, mu, c, theta, out):
-        """out[j] = gap of coordinate coords[j], whose data is rows[positions[j]]."""
-        model_code  # noqa: B018 (see _kernels)
-        m = z.shape[0]
-        n_cols = rows.shape[1]
-        shift = c * off[0] * m
-        for j in range(positions.shape[0]):
-            r = positions[j]
-            i = coords[j]
-            s = 0.0
-            for k in range(n_cols):
-                s += rows[r, k] * z[k]
-            s -= shift * mu[i]
-            out[j] = coord_gap(theta, a[i], s)
+@_model_kernel
+def gaps_dense(rows, positions, coords, a, z, off, mu, c, theta, out):
+    """out[j] = gap of coordinate coords[j], whose data is rows[positions[j]]."""
+    m = z.shape[0]
+    n_cols = rows.shape[1]
+    shift = c * off[0] * m
+    for j in range(positions.shape[0]):
+        r = positions[j]
+        i = coords[j]
+        s = 0.0
+        for k in range(n_cols):
+            s += rows[r, k] * z[k]
+        s -= shift * mu[i]
+        out[j] = coord_gap(theta, a[i], s)
 
-    @njit(**_OPTS)
-    def gaps_sparse(indptr, indices, data, positions, coords, a, z, off, mu, c, theta, out):
-        """Same as :func:`gaps_dense` for a CSR matrix."""
-        model_code  # noqa: B018 (see _kernels)
-        m = z.shape[0]
-        shift = c * off[0] * m
-        for j in range(positions.shape[0]):
-            r = positions[j]
-            i = coords[j]
-            s = 0.0
-            for k in range(indptr[r], indptr[r + 1]):
-                s += data[k] * z[np.uint64(indices[k])]
-            s -= shift * mu[i]
-            out[j] = coord_gap(theta, a[i], s)
+@_model_kernel
+def gaps_sparse(indptr, indices, data, positions, coords, a, z, off, mu, c, theta, out):
+    """Same as :func:`gaps_dense` for a CSR matrix."""
+    m = z.shape[0]
+    shift = c * off[0] * m
+    for j in range(positions.shape[0]):
+        r = positions[j]
+        i = coords[j]
+        s = 0.0
+        for k in range(indptr[r], indptr[r + 1]):
+            s += data[k] * z[np.uint64(indices[k])]
+        s -= shift * mu[i]
+        out[j] = coord_gap(theta, a[i], s)
 
-    @njit(**_OPTS)
-    def sum_g(a, theta):
-        """sum_i g_i(a_i)."""
-        model_code  # noqa: B018 (see _kernels)
-        total = 0.0
-        for i in range(a.shape[0]):
-            total += g_value(theta, a[i])
-        return total
-
-    return scd_epoch_dense, scd_epoch_sparse, gaps_dense, gaps_sparse, sum_g
-
-
-scd_epoch_dense, scd_epoch_sparse, gaps_dense, gaps_sparse, sum_g = _kernels(source_digest())
+@_model_kernel
+def sum_g(a, theta):
+    """sum_i g_i(a_i)."""
+    total = 0.0
+    for i in range(a.shape[0]):
+        total += g_value(theta, a[i])
+    return total
 
 
 @njit(cache=True, nogil=True)

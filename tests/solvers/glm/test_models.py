@@ -178,3 +178,21 @@ def test_an_unknown_model_raises_in_python_and_in_compiled_code():
 
     with pytest.raises(TypingError, match="no model has kernel parameters"):
         update(Unregistered(1.0))
+
+
+def test_kernels_cache_per_version_of_the_model_math():
+    """Every cached kernel that inlines model math is named after a hash of all of
+    solvers/glm/models/ (its cache files with it): an edit there compiles anew, and a
+    renamed theta class never meets an index that pickled the old one."""
+    import hashlib
+    from pathlib import Path
+
+    from solvers.kernels import cpu
+
+    digest = hashlib.blake2b(digest_size=7)
+    for path in sorted((Path(models.__file__).parent).glob("*.py")):
+        digest.update(path.read_bytes())
+    code = f"{int.from_bytes(digest.digest(), 'big'):014x}"
+    for kernel in (cpu.scd_epoch_dense, cpu.scd_epoch_sparse, cpu.gaps_dense, cpu.gaps_sparse, cpu.sum_g):
+        assert kernel.py_func.__qualname__.endswith(f"__models_{code}"), kernel
+        assert kernel._cache._impl._filename_base.startswith(f"cpu.{kernel.py_func.__qualname__}")
