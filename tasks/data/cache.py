@@ -183,9 +183,7 @@ def load_dataset(cfg: Any, cache_dir: Path, base_dir: Path = Path("."),
                                 dir=cache_dir))
     try:
         MAKERS[c.name](c, tmp, base_dir, progress or (lambda done, total: None))
-        files = {p.name: _describe(p) for p in sorted(tmp.iterdir())}
-        meta = {"version": META_VERSION, "config": dataclasses.asdict(c), "files": files}
-        (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
+        seal(tmp, dataclasses.asdict(c))
         try:
             os.rename(tmp, folder)  # atomic; fails if a concurrent job won the race
         except OSError:
@@ -195,6 +193,14 @@ def load_dataset(cfg: Any, cache_dir: Path, base_dir: Path = Path("."),
         shutil.rmtree(tmp, ignore_errors=True)
     _CHECKED.add(str(folder))  # just written and hashed
     return read_cached(folder)
+
+
+def seal(folder: Path, config: Dict[str, Any]) -> None:
+    """Write a folder's meta.json: each file's size, shape, dtype and checksum (a maker's
+    output, or files a user wrote in the cache's layout)."""
+    files = {p.name: _describe(p) for p in sorted(Path(folder).iterdir()) if p.name != "meta.json"}
+    meta = {"version": META_VERSION, "config": config, "files": files}
+    (Path(folder) / "meta.json").write_text(json.dumps(meta, indent=1))
 
 
 def _discard(folder: Path) -> None:
