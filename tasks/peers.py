@@ -87,11 +87,13 @@ def dual_point(problem, w, margins=None):
 
 
 def evaluate(problem, w):
-    """(primal, dual, gap) of the peer's coefficients, by our objective code."""
+    """(primal, dual, gap) of the peer's coefficients, by our objective code: for the
+    regressions the certificate our solvers stop on (the state's own smallest valid gap,
+    solvers.glm.certificates; no history of other states)."""
     w = np.asarray(w, dtype=np.float64).ravel()
     if not problem.dual_form:
         z, off = problem.state_from(w)
-        return problem.objectives(w, z, off)
+        return problem.certify(w, z, off)[:3]
     off = np.zeros(1)
     zeros = np.zeros(problem.n_coords)
     primal = 0.5 * float(w @ w) + float(problem.coordinate_gaps(zeros, w, off).sum())
@@ -332,7 +334,8 @@ class Peer:
             primal, dual, gap = evaluate(problem, w)
             rel = max(gap, 0.0) / problem.P0 if problem.P0 > 0 else 0.0
             rows.append(dict(round=rnd, time_s=elapsed, epoch=float(knob), primal=primal, dual=dual,
-                             gap=gap, rel_gap=rel, bytes_h2d=0, swaps=0, n_resident=problem.n_coords))
+                             gap=gap, rel_gap=rel, certified=1, bytes_h2d=0, swaps=0,
+                             n_resident=problem.n_coords))
             improved = best is None or rel < 0.9 * best[1]
             stalled = 0 if improved else stalled + 1
             if best is None or rel < best[1]:

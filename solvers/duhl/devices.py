@@ -80,15 +80,15 @@ class CPUDevice:
         return cpu.scd_epoch_sparse(*buf, coords, order, *st, p.mu, p.sqnorm, p.c, p.theta)
 
     def gaps_dense(self, data, rows, coords, st, p):
-        """The gaps of coords (data rows ``rows``) at st, as a device array (see to_host)."""
-        out = np.empty(rows.shape[0])
-        cpu.gaps_dense(data, rows, coords, *st, p.mu, p.c, p.theta, out)
-        return out
+        """(gaps, s) of coords (data rows ``rows``) at st, as device arrays (see to_host)."""
+        out, s = np.empty(rows.shape[0]), np.empty(rows.shape[0])
+        cpu.gaps_dense(data, rows, coords, *st, p.mu, p.c, p.theta, out, s)
+        return out, s
 
     def gaps_sparse(self, buf, rows, coords, st, p):
-        out = np.empty(rows.shape[0])
-        cpu.gaps_sparse(*buf, rows, coords, *st, p.mu, p.c, p.theta, out)
-        return out
+        out, s = np.empty(rows.shape[0]), np.empty(rows.shape[0])
+        cpu.gaps_sparse(*buf, rows, coords, *st, p.mu, p.c, p.theta, out, s)
+        return out, s
 
 
 class CUDADevice(CPUDevice):
@@ -238,25 +238,25 @@ class CUDADevice(CPUDevice):
         return order.shape[0]
 
     def gaps_dense(self, data, rows, coords, st, p):
-        out = self.xp.empty(rows.shape[0])
+        out, s = self.xp.empty(rows.shape[0]), self.xp.empty(rows.shape[0])
         if self.gap_kernel == "blas":
-            # one matrix-vector product over the block's rows (cuBLAS gemv; staging rows
+            # one matrix-vector product over the resident rows (cuBLAS gemv; staging rows
             # ride along), in the data's precision, then one thread per coordinate
             a, z, off = st
             dots = data @ z.astype(data.dtype, copy=False)
             blocks = -(-rows.shape[0] // self.k.TPB)
             self._launch(self.k.gaps_from_dots, blocks, dots, self._put(rows), coords, a, off,
-                         self.mu, p.c, z.shape[0], p.theta, out)
-            return out
+                         self.mu, p.c, z.shape[0], p.theta, out, s)
+            return out, s
         self._launch(self.k.gaps_dense, rows.shape[0], data, self._put(rows), coords, *st,
-                     self.mu, p.c, p.theta, out)
-        return out
+                     self.mu, p.c, p.theta, out, s)
+        return out, s
 
     def gaps_sparse(self, buf, rows, coords, st, p):
-        out = self.xp.empty(rows.shape[0])
+        out, s = self.xp.empty(rows.shape[0]), self.xp.empty(rows.shape[0])
         self._launch(self.k.gaps_sparse, rows.shape[0], *buf, self._put(rows), coords, *st,
-                     self.mu, p.c, p.theta, out)
-        return out
+                     self.mu, p.c, p.theta, out, s)
+        return out, s
 
 
 def _enable_simulator():

@@ -55,7 +55,8 @@ class ResidentSet:
     def run_round(self, state, rng, passes, with_gaps=True, active=None, prefetch=None):
         """``passes`` epochs over the resident set (only its ``active`` coordinates,
         when given), then the gaps of all of it; meanwhile the coordinates
-        ``prefetch`` are staged for the next swap. Returns (updates, coords, gaps or None)."""
+        ``prefetch`` are staged for the next swap. Returns (updates, coords, gaps, s), the
+        last two None without ``with_gaps``; s_i = <A_i, u> feeds the tight certificate."""
         dev = self.device
         with dev.context():
             st = dev.begin_round(state)
@@ -63,13 +64,15 @@ class ResidentSet:
             updates = 0
             for _ in range(passes):
                 updates += self._epoch(rng.permutation(visit), st)
-            coords, gaps = self._gaps(st) if with_gaps else (self.resident(), None)
+            coords, gaps, s = self._gaps(st) if with_gaps else (self.resident(), None, None)
             if prefetch is not None and self.staging_bytes:
                 before = dev.bytes_h2d
                 self.prefetch(np.asarray(prefetch, dtype=np.int64))
                 self.bytes_prefetched += dev.bytes_h2d - before
             dev.end_round(state, st)
-            return updates, coords, None if gaps is None else dev.to_host(gaps)
+            if gaps is None:
+                return updates, coords, None, None
+            return updates, coords, dev.to_host(gaps), dev.to_host(s)
 
 
 class DenseResidentSet(ResidentSet):
@@ -158,8 +161,8 @@ class DenseResidentSet(ResidentSet):
     def _gaps(self, st):
         rows = self._block_rows()
         coords = self.row_coord[rows]
-        return coords, self.device.gaps_dense(self.data, rows, self.device.xp.asarray(coords), st,
-                                              self.problem)
+        return (coords, *self.device.gaps_dense(self.data, rows, self.device.xp.asarray(coords), st,
+                                                self.problem))
 
 
 class _CSRRows:
@@ -292,8 +295,8 @@ class SparseResidentSet(ResidentSet):
         coords = self.rows.coords
         rows = _by_coordinate(np.arange(coords.shape[0]), coords)
         coords = coords[rows]
-        return coords, self.device.gaps_sparse(self.buf, rows, self.device.xp.asarray(coords), st,
-                                               self.problem)
+        return (coords, *self.device.gaps_sparse(self.buf, rows, self.device.xp.asarray(coords), st,
+                                                 self.problem))
 
 
 def make_resident_set(problem, budget_bytes, device="cpu", prefetch=0.0, gap_kernel="tpa",

@@ -27,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from solvers.duhl.budget import parse_budget, split_budget
+from solvers.duhl.inmemory import solve_in_memory
 from solvers.duhl.resident import make_resident_set
 from solvers.duhl.selection import Policy
 from solvers.glm.checks import check_params
@@ -110,14 +111,18 @@ class DuHL:
     callback : callable(row: dict) or None
         Sees every trace row as it is recorded.
     gap_every : "auto" or int >= 1
-        With all data resident no selection needs gaps, so the gap pass runs
+        All data resident on a GPU: no selection needs gaps, so the gap pass runs
         every ``gap_every`` rounds, or ("auto") when the observed linear rate
-        predicts the target is near. With part of the data resident the gaps
-        drive the selection and are computed every round.
+        predicts the target is near. (On the CPU the compiled loop decides,
+        solvers.duhl.inmemory; with part of the data resident the gaps drive the
+        selection and are computed every round.)
     shrinking : bool
         With all data resident, epochs skip the coordinates whose gap was zero at
-        the last gap pass (as liblinear's shrinking); every gap pass still covers
-        all coordinates, so the certificate is unchanged.
+        the last gap pass (as liblinear's shrinking: a working set); every gap pass
+        still covers all coordinates, so the certificate is unchanged.
+    keep_iterates : int >= 0
+        Keep a copy of ``a`` at each of the first ``keep_iterates`` trace rows (the
+        state each row certifies), as ``result.iterates``: for inspecting a run.
     prefetch : "auto" or float in [0, 1)
         The share of ``memory_budget`` kept as staging memory: while the device
         runs a round, the coordinates the policy will likely swap in next are
@@ -144,7 +149,7 @@ class DuHL:
     def __init__(self, memory_budget=None, selection="gap", local_epochs=1, tol=1e-6,
                  max_epochs=1000, max_time=None, device="cpu", random_state=None, callback=None,
                  gap_every="auto", shrinking=True, prefetch="auto", gap_kernel="tpa",
-                 concurrency="auto"):
+                 concurrency="auto", keep_iterates=0):
         self.memory_budget = memory_budget
         self.selection = selection
         self.local_epochs = local_epochs
@@ -159,6 +164,7 @@ class DuHL:
         self.prefetch = prefetch
         self.gap_kernel = gap_kernel
         self.concurrency = concurrency
+        self.keep_iterates = keep_iterates
         self._validate(self.owner)
 
     def _validate(self, owner):
@@ -166,7 +172,8 @@ class DuHL:
                      local_epochs=self.local_epochs, tol=self.tol, max_epochs=self.max_epochs,
                      max_time=self.max_time, device=self.device, random_state=self.random_state,
                      gap_every=self.gap_every, shrinking=self.shrinking, prefetch=self.prefetch,
-                     gap_kernel=self.gap_kernel, concurrency=self.concurrency)
+                     gap_kernel=self.gap_kernel, concurrency=self.concurrency,
+                     keep_iterates=self.keep_iterates)
         if self.gap_kernel == "blas" and self.device == "cpu":
             raise ValueError(f"The 'gap_kernel' parameter 'blas' of {owner} runs on device='cuda' or "
                              "'cuda_sim' (the CPU computes gaps with its own kernels). Got device='cpu'.")
@@ -216,34 +223,84 @@ class DuHL:
         rng = np.random.default_rng(self.random_state)
         t0 = time.perf_counter()
         n = problem.n_coords
-        tol_abs = self.tol * problem.P0
         trace = Trace(self.callback)
-
+        self._iterates = np.empty((self.keep_iterates, n))
         a = np.zeros(n) if a0 is None else np.array(a0, dtype=np.float64)
         if a0 is None:
             z, off = -problem.c * problem.b, np.zeros(1)
         else:
             z, off = problem.state_from(a)
+        if budget is None and self.device == "cpu":
+            status, rounds, counters = self._solve_in_memory(problem, a, z, off, rng, trace, t0)
+            bytes_h2d, hits, prefetched = int(problem.coord_bytes.sum()), 0, 0
+        else:
+            rset = make_resident_set(problem, budget, self.device, prefetch=self._prefetch_share(),
+                                      gap_kernel=self.gap_kernel, concurrency=self.concurrency)
+            status, rounds, counters = self._solve_with_swaps(problem, rset, a, z, off, rng, trace, t0)
+            bytes_h2d, hits, prefetched = rset.bytes_h2d, rset.prefetch_hits, rset.bytes_prefetched
+        updates, dual_best = counters
+        elapsed = trace.rows[-1]["time_s"]
+        # re-evaluate from a alone (outside the timed loop): no drift in z can hide in the result
+        z, off = problem.state_from(a)
+        primal, dual, gap, _ = problem.certify(a, z, off, dual_best=dual_best)
+        v = z / problem.c + problem.b
+        return DuHLResult(a=a, v=v, trace=trace.frame(), status=status, primal=primal, dual=dual, gap=gap,
+                          rel_gap=gap / problem.P0 if problem.P0 > 0 else 0.0, time_s=elapsed,
+                          epochs=updates / n, bytes_h2d=bytes_h2d, n_rounds=rounds, prefetch_hits=hits,
+                          bytes_prefetched=prefetched, notes=self._notes,
+                          iterates=self._iterates[: min(len(trace.rows), self.keep_iterates)])
+
+    def _solve_in_memory(self, problem, a, z, off, rng, trace, t0):
+        """All data resident on the CPU: the compiled loop (solvers.duhl.inmemory)."""
+        n, P0 = problem.n_coords, problem.P0
+        total = int(problem.coord_bytes.sum())
+        done = {"rounds": 0, "updates": 0.0}
+
+        def record(rows, counters):
+            for t, updates, P_form, D_form, gap, rounds in rows:
+                primal, dual = (-D_form, -P_form) if problem.dual_form else (P_form, D_form)
+                loaded = rounds > 0  # the data is loaded (once, logically) for the first round
+                trace.record(round=int(rounds), time_s=t - t0, epoch=updates / n, primal=primal, dual=dual,
+                             gap=gap, rel_gap=gap / P0 if P0 > 0 else 0.0, certified=1,
+                             bytes_h2d=total if loaded else 0, swaps=n if loaded else 0, n_resident=n,
+                             prefetch_hits=0, bytes_prefetched=0)
+            done.update(rounds=int(counters[1]), updates=float(counters[0]))
+
+        status, dual_best = solve_in_memory(
+            problem, a, z, off, local_epochs=self.local_epochs, max_epochs=self.max_epochs,
+            max_time=self.max_time, shrinking=self.shrinking, tol_abs=self.tol * P0,
+            seed_value=int(rng.integers(2**31 - 1)), record=record, t0=t0, max_passes=MAX_PASSES_PER_ROUND,
+            iterates=self._iterates)
+        return status, done["rounds"], (done["updates"], dual_best)
+
+    def _solve_with_swaps(self, problem, rset, a, z, off, rng, trace, t0):
+        """The DuHL loop: a resident set on a device, swaps chosen by the policy, the host
+        refreshing the other coordinates' gaps in a thread while the device computes."""
+        n = problem.n_coords
+        tol_abs = self.tol * problem.P0
         state = (a, z, off)
-        rset = make_resident_set(problem, budget, self.device, prefetch=self._prefetch_share(),
-                                  gap_kernel=self.gap_kernel, concurrency=self.concurrency)
         policy = Policy(self.selection, problem.coord_bytes, rset.capacity_bytes, problem.sqnorm,
                         _child(rng))
+        dual_best = -np.inf
 
-        def record(rnd, st, gap, updates, swaps):
-            primal, dual, _ = problem.objectives(*st, gap=gap)
+        def record(rnd, st, gap_sum, s_max, updates, swaps):
+            """The certificate of state st (every coordinate's gap and s at st known)."""
+            nonlocal dual_best
+            primal, dual, gap, dual_best = problem.certify(*st, gap_sum=gap_sum, s_max=s_max, dual_best=dual_best)
+            if len(trace.rows) < self.keep_iterates:
+                self._iterates[len(trace.rows)] = st[0]
             trace.record(round=rnd, time_s=time.perf_counter() - t0, epoch=updates / n,
                          primal=primal, dual=dual, gap=gap, rel_gap=gap / problem.P0 if problem.P0 > 0 else 0.0,
-                         bytes_h2d=rset.bytes_h2d, swaps=swaps, n_resident=len(rset.resident()),
+                         certified=1, bytes_h2d=rset.bytes_h2d, swaps=swaps, n_resident=len(rset.resident()),
                          prefetch_hits=rset.prefetch_hits, bytes_prefetched=rset.bytes_prefetched)
+            return gap
 
         # gaps at the start state, all known: the first selection and round 0's row
-        gap_memory = problem.coordinate_gaps(a, z, off)
+        gap_memory, s_memory = problem.coordinate_gaps(a, z, off, with_s=True)
         fresh = np.ones(n, dtype=bool)      # coordinates whose gap at the current state is known
-        fresh_sum = float(gap_memory.sum())
+        fresh_sum, fresh_s = float(gap_memory.sum()), float(np.abs(s_memory).max(initial=0.0))
         updates, swaps, rnd = 0, 0, 0
-        record(0, state, fresh_sum, 0, 0)
-        status = "converged" if fresh_sum <= tol_abs else None
+        status = "converged" if record(0, state, fresh_sum, fresh_s, 0, 0) <= tol_abs else None
         certified = True                     # the current state's gap is known and recorded
         resident = np.zeros(n, dtype=bool)
         schedule = _GapSchedule(tol_abs, self.gap_every)
@@ -263,12 +320,13 @@ class DuHL:
                 stale = np.flatnonzero(~fresh)
                 # the host reads the start state while the device moves on from it
                 snapshot = (a.copy(), z.copy(), off.copy()) if stale.size else None
-                job = host.submit(problem.coordinate_gaps, *snapshot, stale) if stale.size else None
+                job = (host.submit(problem.coordinate_gaps, *snapshot, stale, with_s=True)
+                       if stale.size else None)
                 whole = bool(resident.all())
                 passes = passes_per_round(self.local_epochs, n_resident, n_resident if active is None
                                           else active.shape[0])
                 if whole and rnd < schedule.next_round:
-                    # all resident: gaps only when the schedule expects them to matter
+                    # all resident (a GPU): gaps only when the schedule expects them to matter
                     updates += rset.run_round(state, rng, passes, with_gaps=False, active=active)[0]
                     certified = False
                     status = self._stop(updates, n, t0)
@@ -276,14 +334,16 @@ class DuHL:
                 # what the next swap will likely bring in travels while the device computes
                 upcoming = (policy.peek(gap_memory, resident, rset.staging_bytes)
                             if rset.staging_bytes and not whole else None)
-                done, dev_coords, dev_gaps = rset.run_round(state, rng, passes, active=active,
-                                                             prefetch=upcoming)
+                done, dev_coords, dev_gaps, dev_s = rset.run_round(state, rng, passes, active=active,
+                                                                   prefetch=upcoming)
                 updates += done
-                host_gaps = job.result() if job is not None else None
+                refreshed = job.result() if job is not None else None
 
-                if host_gaps is not None:  # the start state's gap is now exact
-                    gap_start = fresh_sum + float(host_gaps.sum())
-                    record(rnd - 1, snapshot, gap_start, start_updates, start_swaps)
+                if refreshed is not None:  # the start state's gap is now exact
+                    host_gaps, host_s = refreshed
+                    gap_start = record(rnd - 1, snapshot, fresh_sum + float(host_gaps.sum()),
+                                       max(fresh_s, float(np.abs(host_s).max(initial=0.0))),
+                                       start_updates, start_swaps)
                     if gap_start <= tol_abs:
                         a[:], z[:], off[:] = snapshot
                         status = "converged"
@@ -292,11 +352,10 @@ class DuHL:
                 gap_memory[dev_coords] = dev_gaps
                 fresh[:] = False
                 fresh[dev_coords] = True
-                fresh_sum = float(dev_gaps.sum())
+                fresh_sum, fresh_s = float(dev_gaps.sum()), float(np.abs(dev_s).max(initial=0.0))
                 certified = bool(fresh.all())
                 if certified:  # all coordinates resident: the end state is certified too
-                    record(rnd, state, fresh_sum, updates, swaps)
-                    if fresh_sum <= tol_abs:
+                    if record(rnd, state, fresh_sum, fresh_s, updates, swaps) <= tol_abs:
                         status = "converged"
                         break
                     schedule.checked(rnd, fresh_sum)
@@ -311,15 +370,6 @@ class DuHL:
 
         if not certified and status != "converged":
             # the last round's end state has no exact gap yet: one more pass gives it
-            record(rnd, state, float(problem.coordinate_gaps(a, z, off).sum()), updates, swaps)
-        elapsed = trace.rows[-1]["time_s"]
-        frame = trace.frame()
-        # re-evaluate from a alone (outside the timed loop): no drift in z can hide in the result
-        z, off = problem.state_from(a)
-        primal, dual, gap = problem.objectives(a, z, off)
-        v = z / problem.c + problem.b
-        return DuHLResult(a=a, v=v, trace=frame, status=status, primal=primal, dual=dual, gap=gap,
-                          rel_gap=gap / problem.P0 if problem.P0 > 0 else 0.0, time_s=elapsed,
-                          epochs=updates / n, bytes_h2d=rset.bytes_h2d, n_rounds=rnd,
-                          prefetch_hits=rset.prefetch_hits, bytes_prefetched=rset.bytes_prefetched,
-                          notes=self._notes)
+            gaps, s = problem.coordinate_gaps(a, z, off, with_s=True)
+            record(rnd, state, float(gaps.sum()), float(np.abs(s).max(initial=0.0)), updates, swaps)
+        return status, rnd, (updates, dual_best)

@@ -196,6 +196,7 @@ RULES: Mapping[str, Rule] = {
     "prefetch": Either("auto", Real(0, 1, "left")),
     "gap_kernel": Options(("tpa", "blas")),
     "concurrency": AUTO_OR_POSITIVE_INT,
+    "keep_iterates": Integer(0),
     # CoCoA+ and DIANA
     "n_parts": Integer(1),
     "aggregation": Options(("adding", "averaging")),

@@ -16,6 +16,7 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.utils.validation import check_array, check_consistent_length
 
+from solvers.glm.certificates import form_certificate, residual_stats, tight_lasso
 from solvers.glm.checks import check_params
 from solvers.glm.models import get_model
 from solvers.kernels import cpu
@@ -70,24 +71,45 @@ class Problem:
         off = np.array([float(self.mu @ a)])
         return self.c * (v - self.b), off
 
-    def coordinate_gaps(self, a, z, off, coords=None):
-        """Coordinate-wise duality gaps of ``coords`` (all by default)."""
+    def coordinate_gaps(self, a, z, off, coords=None, with_s=False):
+        """Coordinate-wise duality gaps of ``coords`` (all by default); with ``with_s``
+        also each one's s = <A_i, u>, from which the tight certificate is built."""
         coords = np.arange(self.n_coords) if coords is None else np.asarray(coords, np.int64)
-        out = np.empty(coords.shape[0])
-        args = (coords, coords, a, z, off, self.mu, self.c, self.theta, out)
+        out, s = np.empty(coords.shape[0]), np.empty(coords.shape[0])
+        args = (coords, coords, a, z, off, self.mu, self.c, self.theta, out, s)
         if self.sparse:
             cpu.gaps_sparse(self.A.indptr, self.A.indices, self.A.data, *args)
         else:
             cpu.gaps_dense(self.A, *args)
-        return out
+        return (out, s) if with_s else out
+
+    def certify(self, a, z, off, gap_sum=None, s_max=None, dual_best=-np.inf):
+        """User-facing (primal, dual, gap) of the state, and the form's best dual value.
+
+        ``gap_sum`` and ``s_max`` (the coordinate gaps' sum and max |s_i| over all
+        coordinates, at this state) are computed here unless given; the gap is the
+        smallest valid one (solvers.glm.certificates). ``dual_best`` carries the best dual
+        value of earlier states when the coordinates are the model's coefficients (then
+        P(a) - best D bounds the suboptimality of a, the model returned). Solved in the
+        dual (classifiers), the model is w(a) and only its own state's gap bounds it."""
+        if self.dual_form:
+            dual_best = -np.inf
+        if gap_sum is None:
+            gaps, s = self.coordinate_gaps(a, z, off, with_s=True)
+            gap_sum, s_max = float(gaps.sum()), float(np.abs(s).max(initial=0.0))
+        tight = tight_lasso(self.theta)
+        q, ub = residual_stats(z, self.c * off[0], self.b)
+        P_form, D_form, gap, dual_best = form_certificate(
+            q, ub, self.c, cpu.sum_g(a, self.theta), gap_sum, s_max if tight else 0.0,
+            self.theta.l1 if tight else 0.0, tight, dual_best)
+        if self.dual_form:
+            return -D_form, -P_form, gap, dual_best
+        return P_form, D_form, gap, dual_best
 
     def objectives(self, a, z, off, gap=None):
-        """User-facing (primal, dual, gap): the scikit-learn objective and its dual.
-
-        The gap is the sum of coordinate gaps (computed here unless given); the
-        form's primal is computed directly and its dual as primal - gap
-        (Fenchel-Young holds with equality at u = grad f(v)).
-        """
+        """User-facing (primal, dual, gap) with the coordinate gaps' sum as the gap (given, or
+        computed here): the form's primal computed directly, its dual as primal - gap
+        (Fenchel-Young holds with equality at u = grad f(v))."""
         P_form = (cpu.shifted_sq_norm(z, self.c * off[0]) / (2.0 * self.c)
                   + cpu.sum_g(a, self.theta))
         if gap is None:

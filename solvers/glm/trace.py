@@ -6,7 +6,7 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
-COLUMNS = ("round", "time_s", "epoch", "primal", "dual", "gap", "rel_gap", "bytes_h2d", "swaps",
+COLUMNS = ("round", "time_s", "epoch", "primal", "dual", "gap", "rel_gap", "certified", "bytes_h2d", "swaps",
            "n_resident")
 
 
@@ -50,6 +50,7 @@ class SolveResult:
     prefetch_hits: int = 0     # swapped-in coordinates already on the device (DuHL's prefetch)
     bytes_prefetched: int = 0  # bytes copied ahead of their swap (part of bytes_h2d)
     notes: list = field(default_factory=list)  # what a user should know (a setting adjusted)
+    iterates: Optional[np.ndarray] = None  # a at the first trace rows, when asked to keep them
 
     @property
     def converged(self):

@@ -106,8 +106,9 @@ def tpa_scd_sparse(indptr, indices, data, coords, order, a, z, off, mu, sqnorm, 
 
 
 @cuda.jit
-def gaps_dense(rows, positions, coords, a, z, off, mu, c, theta, out):
-    """out[b] = gap of coordinate coords[b], whose data is rows[positions[b]]; one thread block each."""
+def gaps_dense(rows, positions, coords, a, z, off, mu, c, theta, out, out_s):
+    """out[b] = gap of coordinate coords[b], whose data is rows[positions[b]], out_s[b] its
+    s = <A_i, u>; one thread block each."""
     partial = cuda.shared.array(TPB, float64)
     t = cuda.threadIdx.x
     b = cuda.blockIdx.x
@@ -120,11 +121,12 @@ def gaps_dense(rows, positions, coords, a, z, off, mu, c, theta, out):
     if t == 0:
         i = coords[b]
         s = dot - c * off[0] * z.shape[0] * mu[i]
+        out_s[b] = s
         out[b] = coord_gap(theta, a[i], s)
 
 
 @cuda.jit
-def gaps_sparse(indptr, indices, data, positions, coords, a, z, off, mu, c, theta, out):
+def gaps_sparse(indptr, indices, data, positions, coords, a, z, off, mu, c, theta, out, out_s):
     """Same as :func:`gaps_dense` for a CSR matrix."""
     partial = cuda.shared.array(TPB, float64)
     t = cuda.threadIdx.x
@@ -138,15 +140,17 @@ def gaps_sparse(indptr, indices, data, positions, coords, a, z, off, mu, c, thet
     if t == 0:
         i = coords[b]
         s = dot - c * off[0] * z.shape[0] * mu[i]
+        out_s[b] = s
         out[b] = coord_gap(theta, a[i], s)
 
 
 @cuda.jit
-def gaps_from_dots(dots, positions, coords, a, off, mu, c, n, theta, out):
+def gaps_from_dots(dots, positions, coords, a, off, mu, c, n, theta, out, out_s):
     """out[j] = gap of coordinate coords[j] from dots[positions[j]] = <A_i, z>, a product
     cuBLAS computed (gap_kernel="blas"); one thread per coordinate."""
     j = cuda.grid(1)
     if j < coords.shape[0]:
         i = coords[j]
         s = dots[positions[j]] - c * off[0] * n * mu[i]
+        out_s[j] = s
         out[j] = coord_gap(theta, a[i], s)

@@ -57,22 +57,6 @@ def estimator_factory():
     return make_estimator
 
 
-def spy_on_certificates(problem):
-    """A list that receives (a copy of a, the gap) each time a solver records a trace row
-    (every row goes through ``problem.objectives(a, z, off, gap=...)``), so a test can
-    check each recorded gap against P - D computed from that ``a`` alone."""
-    seen = []
-    real = problem.objectives
-
-    def objectives(a, z, off, gap=None):
-        if gap is not None:
-            seen.append((np.array(a, dtype=np.float64), float(gap)))
-        return real(a, z, off, gap=gap)
-
-    problem.objectives = objectives
-    return seen
-
-
 W8A = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "datasets", "w8a")
 
 

@@ -189,6 +189,29 @@ def regression_dual(model, X, y, coef, params, center=True):
     return fit - (excess ** 2).sum() / (2 * l2)
 
 
+def rescaled_lasso_dual(X, y, coef, alpha, center=True):
+    """scikit-learn's Lasso dual at its rescaled residual: theta = t R / n with
+    t = min(1, alpha n / ||X^T R||_inf), D = t R.y / n - t^2 ||R||^2 / (2n)
+    (sklearn/linear_model/_cd_fast.pyx, written out here)."""
+    Xd = dense64(X)
+    Xc, yc = (Xd - Xd.mean(0), y - y.mean()) if center else (Xd, np.asarray(y, np.float64))
+    n = len(y)
+    R = yc - Xc @ np.asarray(coef, np.float64)
+    top = np.abs(Xc.T @ R).max() / n
+    t = 1.0 if top <= alpha else alpha / top
+    return t * (R @ yc) / n - t * t * (R @ R) / (2 * n)
+
+
+def best_dual(model, X, y, a, params, scaling=1.0):
+    """The best dual value the solvers may use at a: the coordinate gaps' dual point, and for
+    a Lasso (an elastic net with l1_ratio 1) also scikit-learn's rescaled residual."""
+    P, D = gap_from_coordinates(model, X, y, a, params, scaling)
+    if model == "lasso" or (model == "enet" and params.get("l1_ratio") == 1.0):
+        alpha = params["alpha"] * params.get("l1_ratio", 1.0)
+        D = max(D, rescaled_lasso_dual(X, y, a, alpha))
+    return P, D
+
+
 def classification_w(X, y, dual, scaling=1.0):
     """w(alpha) = sum_i alpha_i y_i x~_i over the augmented samples."""
     return augmented(X, scaling).T @ (np.asarray(dual, np.float64) * signs(y))

@@ -10,7 +10,7 @@ from numba.extending import register_jitable
 from solvers.glm.models.base import CLASSIFIER_PARAMS, Math, Model, sigmoid, softplus, xlogx
 
 _NEWTON_ITERS = 60
-_NEWTON_TOL = 1e-12
+_NEWTON_TOL = 1e-9  # on the log-odds t: tighter costs Newton steps, not accuracy (phi' >= 1)
 
 
 class LogisticTheta(NamedTuple):
@@ -58,15 +58,19 @@ def _update(theta, a, s, L):
         phi = t + s + L * (C * sig - a)
         if phi > 0.0:
             hi = t
-        else:
+        elif phi < 0.0:
             lo = t
-        dphi = 1.0 + L * C * sig * (1.0 - sig)
-        t_new = t - phi / dphi
-        if t_new <= lo or t_new >= hi:
-            t_new = 0.5 * (lo + hi)
+        else:
+            break
+        t_new = t - phi / (1.0 + L * C * sig * (1.0 - sig))
+        # converged: test before the safeguard (a step that rounds onto an end of the
+        # bracket would otherwise bisect the whole bracket, ~40 halvings back); with
+        # phi' >= 1 the step bounds the distance to the root
         if abs(t_new - t) <= _NEWTON_TOL * (1.0 + abs(t)):
             t = t_new
             break
+        if t_new <= lo or t_new >= hi:
+            t_new = 0.5 * (lo + hi)
         t = t_new
     return C * sigmoid(t)
 

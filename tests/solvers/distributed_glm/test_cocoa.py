@@ -7,7 +7,6 @@ from sklearn.linear_model import Lasso
 from sklearn.svm import LinearSVC
 
 from solvers.distributed_glm.cocoa import CoCoA, partition
-from solvers.duhl.solver import DuHL
 from solvers.glm.problems import make_problem
 
 
@@ -53,17 +52,25 @@ def test_hinge_svm_sample_partition_reaches_sklearn(svm_data):
     assert res.primal - res.dual <= 1e-6 * res.primal
 
 
-def test_k1_reproduces_single_machine_trace(lasso_data):
+def test_k1_is_plain_stochastic_coordinate_descent(lasso_data):
+    """K = 1, gamma = 1: one part solving the whole problem is coordinate descent with the
+    part's own random order; a textbook Lasso CD written here (soft-thresholding on the
+    residual, no intercept) with the same permutations gives the same iterates."""
     X, y = lasso_data
-    p = make_problem("lasso", X, y, alpha=0.5)
-    # a gap every round over every coordinate, as CoCoA+ does
-    single = DuHL(memory_budget=None, local_epochs=2, tol=1e-8, max_epochs=500, random_state=3,
-                  gap_every=1, shrinking=False).solve(p)
+    alpha, n = 0.5, X.shape[0]
+    p = make_problem("lasso", X, y, alpha=alpha, fit_intercept=False)
     cocoa = CoCoA(n_parts=1, local_epochs=2, tol=1e-8, max_epochs=500, random_state=3).solve(p)
-    assert len(cocoa.trace) == len(single.trace)
-    for col in ("epoch", "primal", "dual", "gap"):
-        np.testing.assert_allclose(cocoa.trace[col], single.trace[col], rtol=1e-9, atol=1e-9 * p.P0)
-    np.testing.assert_allclose(cocoa.a, single.a, rtol=1e-9, atol=1e-12)
+    w, r = np.zeros(X.shape[1]), y.astype(float).copy()
+    norms = (X * X).sum(axis=0) / n
+    orders = np.random.default_rng(3)
+    for _ in range(int(round(cocoa.epochs))):
+        for j in orders.permutation(X.shape[1]):
+            rho = X[:, j] @ r / n + norms[j] * w[j]
+            new = np.sign(rho) * max(abs(rho) - alpha, 0.0) / norms[j]
+            r -= X[:, j] * (new - w[j])
+            w[j] = new
+    np.testing.assert_allclose(cocoa.a, w, rtol=1e-9, atol=1e-12)
+    assert cocoa.converged and cocoa.rel_gap <= 1e-8
 
 
 def test_duhl_local_solver_under_a_budget_converges(svm_data):

@@ -84,17 +84,18 @@ def test_gap_kernel_equals_cpu_gaps(cuda_kernels, sparse):
     a = rng.uniform(0, p.params["C"], p.n_coords)
     z, off = p.state_from(a)
     rows = np.arange(p.n_coords)
-    out = np.empty(p.n_coords)
+    out, s = np.empty(p.n_coords), np.empty(p.n_coords)
     if sparse:
         cuda_kernels.gaps_sparse[p.n_coords, cuda_kernels.TPB](
-            p.A.indptr, p.A.indices, p.A.data, rows, rows, a, z, off, p.mu, p.c, p.theta, out)
+            p.A.indptr, p.A.indices, p.A.data, rows, rows, a, z, off, p.mu, p.c, p.theta, out, s)
     else:
         cuda_kernels.gaps_dense[p.n_coords, cuda_kernels.TPB](
-            p.A, rows, rows, a, z, off, p.mu, p.c, p.theta, out)
+            p.A, rows, rows, a, z, off, p.mu, p.c, p.theta, out, s)
     # the oracle: the hinge gap formula of the DuHL paper, from w = sum a_i y_i x_i
     margins = np.asarray(p.A @ z).ravel()
     expected = p.params["C"] * np.maximum(0, 1 - margins) - a * (1 - margins)
     np.testing.assert_allclose(out, expected, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(s, margins, rtol=1e-10, atol=1e-12)
 
 
 def test_cuda_without_a_gpu_says_so_in_one_line():
@@ -147,32 +148,33 @@ def test_blas_gap_kernel_equals_cpu_gaps(cuda_kernels, model):
     a = rng.uniform(0, 0.5, p.n_coords) if model != "lasso" else rng.standard_normal(p.n_coords)
     z, off = p.state_from(a)
     rows = rng.permutation(p.n_coords)
-    expected = np.empty(p.n_coords)
-    cpu.gaps_dense(p.A, rows, rows, a, z, off, p.mu, p.c, p.theta, expected)
+    expected, expected_s = np.empty(p.n_coords), np.empty(p.n_coords)
+    cpu.gaps_dense(p.A, rows, rows, a, z, off, p.mu, p.c, p.theta, expected, expected_s)
     dev = devices.make_device(p, "cuda_sim", gap_kernel="blas")
-    out = dev.gaps_dense(p.A, rows, rows, (a, z, off), p)
+    out, s = dev.gaps_dense(p.A, rows, rows, (a, z, off), p)
     assert np.abs(expected).max() > 0
     np.testing.assert_allclose(out, expected, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(s, expected_s, rtol=1e-10, atol=1e-12)
 
 
 def test_duhl_with_blas_gaps_certifies_every_row(cuda_kernels):
     import glm_oracles as go
-    from conftest import spy_on_certificates
 
     rng = np.random.default_rng(1)
     X = rng.standard_normal((14, 9)) + 0.3
     y = X @ rng.standard_normal(9) + 0.1 * rng.standard_normal(14)
     params = {"alpha": 0.05}
     p = make_problem("lasso", X, y, **params)
-    seen = spy_on_certificates(p)
     res = DuHL(memory_budget=0.5, tol=0.0, max_epochs=4, random_state=0, device="cuda_sim",
-               gap_kernel="blas").solve(p)
-    assert len(res.trace) > 2 and len(seen) == len(res.trace)
-    # each row's gap (device gaps by cuBLAS + host gaps) is the exact P - D of its state,
-    # P and D written out in glm_oracles from a alone
-    for a, gap in seen:
-        P, D = go.gap_from_coordinates("lasso", X, y, a, params)
-        assert gap == pytest.approx(P - D, rel=1e-9, abs=1e-12 * p.P0)
+               gap_kernel="blas", keep_iterates=100).solve(p)
+    assert len(res.trace) > 2 and len(res.iterates) == len(res.trace)
+    # each row's gap (device gaps and s by cuBLAS + the host's) is P - (the best dual value
+    # so far) of its state, P and D written out in glm_oracles from a alone
+    best = -np.inf
+    for a, gap in zip(res.iterates, res.trace.gap):
+        P, D = go.best_dual("lasso", X, y, a, params)
+        best = max(best, D)
+        assert gap == pytest.approx(P - best, rel=1e-9, abs=1e-12 * p.P0)
 
 
 def test_gap_kernel_is_validated():

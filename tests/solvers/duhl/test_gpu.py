@@ -63,12 +63,12 @@ def test_cuda_blas_gaps_equal_cpu_gaps(case_factory, model):
     a = res.a
     z, off = p.state_from(a)
     rows = np.random.default_rng(0).permutation(p.n_coords)
-    expected = np.empty(p.n_coords)
-    cpu.gaps_dense(p.A, rows, rows, a, z, off, p.mu, p.c, p.theta, expected)
+    expected, expected_s = np.empty(p.n_coords), np.empty(p.n_coords)
+    cpu.gaps_dense(p.A, rows, rows, a, z, off, p.mu, p.c, p.theta, expected, expected_s)
     for kind in ("tpa", "blas"):
         dev = devices.make_device(p, "cuda", gap_kernel=kind)
         with dev.context():
             data = dev.xp.asarray(p.A)
             st = dev.begin_round((a.copy(), z.copy(), off.copy()))
-            out = dev.to_host(dev.gaps_dense(data, rows, dev.xp.asarray(rows), st, p))
+            out = dev.to_host(dev.gaps_dense(data, rows, dev.xp.asarray(rows), st, p)[0])
         np.testing.assert_allclose(out, expected, rtol=1e-9, atol=1e-12 * p.P0, err_msg=kind)

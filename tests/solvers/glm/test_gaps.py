@@ -30,13 +30,20 @@ def test_exit_gap_is_independent_P_minus_D(case_factory, model, sparse, dtype, m
               if stop == "converged" else
               DuHL(memory_budget=memory_budget, tol=0.0, max_epochs=1, random_state=3))
     res = solver.solve(_problem(case))
-    P, D = go.gap_from_coordinates(model, case.X, case.y, res.a, case.params)
+    P, D = go.best_dual(model, case.X, case.y, res.a, case.params)
 
     assert res.gap >= 0.0
-    # round-off of P and D (sums of O(P0) terms) is far below 1e-12 P0
-    assert res.gap == pytest.approx(P - D, rel=1e-7, abs=1e-12 * case.P0)
+    # valid: at least the suboptimality, P* from the session's certified oracle
+    P_star = case.oracle["P"]
+    assert res.gap >= P - P_star - 1e-9 * case.P0
     assert res.primal == pytest.approx(P, rel=1e-11)
-    assert res.dual == pytest.approx(D, rel=1e-9, abs=1e-11 * case.P0)
+    if model in go.REGRESSION:  # at least as tight as the exit state's own best dual point
+        # (round-off of P and D, sums of O(P0) terms, is far below 1e-12 P0)
+        assert res.gap <= P - D + 1e-12 * case.P0
+        assert res.dual >= D - 1e-11 * case.P0
+    else:  # solved in the dual: the model w(a) is bounded by its own state's gap, exactly
+        assert res.gap == pytest.approx(P - D, rel=1e-7, abs=1e-12 * case.P0)
+        assert res.dual == pytest.approx(D, rel=1e-9, abs=1e-11 * case.P0)
     assert res.rel_gap == pytest.approx(res.gap / case.P0, rel=1e-12)
     if stop == "converged":
         assert res.status == "converged"

@@ -55,15 +55,16 @@ def signatures():
                 csr = (vec(i8), vec(idx), vec(val))  # the resident set's own indptr is int64
                 label = f"{name}, data {val}, indices {idx}"
                 sigs["tpa_scd_sparse"].append((label, (*csr, ix, ix, *state, vec(f8), vec(f8), f8, theta)))
-                sigs["gaps_sparse"].append((label, (*csr, ix, ix, *state, vec(f8), f8, theta, vec(f8))))
+                sigs["gaps_sparse"].append((label, (*csr, ix, ix, *state, vec(f8), f8, theta, vec(f8), vec(f8))))
                 if idx is types.int32:
                     label = f"{name}, rows {val}"
                     sigs["tpa_scd_dense"].append((label, (mat(val), ix, ix, *state, vec(f8), vec(f8), f8, theta)))
-                    sigs["gaps_dense"].append((label, (mat(val), ix, ix, *state, vec(f8), f8, theta, vec(f8))))
+                    sigs["gaps_dense"].append((label, (mat(val), ix, ix, *state, vec(f8), f8, theta, vec(f8),
+                                                       vec(f8))))
                     # gap_kernel="blas": dots = rows @ z in the data's dtype; n (rows of A) int64
                     sigs["gaps_from_dots"].append(
                         (f"{name}, dots {val}", (vec(val), ix, ix, vec(f8), vec(f8), vec(f8), f8, i8, theta,
-                                                 vec(f8))))
+                                                 vec(f8), vec(f8))))
     return sigs
 
 

@@ -1,0 +1,225 @@
+"""All data resident on the CPU: the whole DuHL round loop compiled, in time slices.
+
+With every coordinate in memory there is nothing to select or swap, and a round's
+Python costs more than its epochs on small problems (diabetes: ~50 us of Python
+against ~6 us of kernel per round). Here one compiled call runs many rounds:
+
+- a global gap pass gives every coordinate's gap and s_i, and the certificate
+  (:mod:`solvers.glm.certificates`): stop at the tolerance;
+- shrinking (a working set): the next rounds visit only the coordinates whose gap
+  is positive (those at a bound with optimality holding have gap 0 exactly), when
+  that leaves at most half of them; the first round visits all;
+- a round is ``local_epochs`` epochs' worth of updates over the working set, in a
+  fresh random order per pass; rounds repeat until the working set's own gap (|W|
+  dot products: cheap) is at most ``inner`` times the last global gap, then the
+  next global pass certifies.
+
+A call returns at the tolerance, at the epoch cap, when its history buffer is full,
+or when its time slice is spent, so the caller streams trace rows (and checks
+``max_time``) a few times a second however long the solve. The per-round cost
+outside the kernels is a few comparisons.
+"""
+
+import time
+import warnings
+
+import numpy as np
+from numba import njit, objmode
+from numba.core.errors import NumbaWarning
+from numba.extending import overload
+
+from solvers.glm.certificates import form_certificate, residual_stats, tight_lasso
+from solvers.kernels import cpu
+
+HISTORY = 256  # rows a slice can record before it returns
+
+
+@njit(nogil=True)
+def _now():
+    with objmode(t="f8"):
+        t = time.perf_counter()
+    return t
+
+
+def _epoch(D, coords, order, a, z, off, mu, sqnorm, c, theta):
+    """An epoch on the data D: (indptr, indices, data) of a CSR matrix, or (rows,)."""
+
+
+def _gaps(D, rows, a, z, off, mu, c, theta, gaps, s):
+    """The gaps and s of ``rows`` of the data D."""
+
+
+def _csr(D):
+    return len(getattr(D, "types", ())) == 3 or getattr(D, "count", 0) == 3
+
+
+@overload(_epoch)
+def _epoch_for(D, coords, order, a, z, off, mu, sqnorm, c, theta):
+    if _csr(D):
+        return lambda D, coords, order, a, z, off, mu, sqnorm, c, theta: cpu.scd_epoch_sparse(
+            D[0], D[1], D[2], coords, order, a, z, off, mu, sqnorm, c, theta)
+    return lambda D, coords, order, a, z, off, mu, sqnorm, c, theta: cpu.scd_epoch_dense(
+        D[0], coords, order, a, z, off, mu, sqnorm, c, theta)
+
+
+@overload(_gaps)
+def _gaps_for(D, rows, a, z, off, mu, c, theta, gaps, s):
+    if _csr(D):
+        return lambda D, rows, a, z, off, mu, c, theta, gaps, s: cpu.gaps_sparse(
+            D[0], D[1], D[2], rows, rows, a, z, off, mu, c, theta, gaps, s)
+    return lambda D, rows, a, z, off, mu, c, theta, gaps, s: cpu.gaps_dense(
+        D[0], rows, rows, a, z, off, mu, c, theta, gaps, s)
+
+
+@njit(nogil=True)
+def _working_gap(D, work, a, z, off, mu, c, theta, b, tight, l1, gaps, s):
+    """The certificate of the problem restricted to the working set (the rest fixed)."""
+    n = work.shape[0]
+    _gaps(D, work, a, z, off, mu, c, theta, gaps[:n], s[:n])
+    total = 0.0
+    s_max = 0.0
+    lin = 0.0
+    for k in range(n):
+        total += gaps[k]
+        s_max = max(s_max, abs(s[k]))
+        lin += a[work[k]] * s[k]
+    if not tight:
+        return total
+    q, ub = residual_stats(z, c * off[0], b)
+    t = 1.0 if s_max <= l1 else l1 / s_max
+    l1_norm = 0.0
+    for k in range(n):
+        l1_norm += l1 * abs(a[work[k]])
+    # sum over W of l1|a_i| + t a_i s_i, plus the Fenchel-Young gap of f at t u
+    return min(total, l1_norm + t * lin + (1.0 - t) * (1.0 - t) * q / (2.0 * c))
+
+
+@njit(nogil=True)
+def _plan_next_pass(schedule, rounds, gap, tol_abs):
+    """With every coordinate visited, when to pay for the next global gap pass: from the
+    last two passes' gaps, the linear rate per round predicts the rounds to the target;
+    wait half of them, at most twice the last wait (and 64 rounds), so a run overshoots
+    its target by a bounded share of its rounds."""
+    last_round, last_gap = schedule[0], schedule[1]
+    wait = 1.0
+    if 0.0 < gap < last_gap and rounds > last_round:
+        per_round = np.log(gap / last_gap) / (rounds - last_round)
+        remaining = np.log(max(tol_abs, 1e-300) / gap) / per_round
+        wait = min(max(0.5 * remaining, 1.0), 2.0 * (rounds - last_round), 64.0)
+    schedule[0], schedule[1], schedule[2] = rounds, gap, rounds + wait
+
+
+@cpu.model_kernel(nogil=True, cache=True, error_model="numpy")
+def run_slice(D, a, z, off, mu, sqnorm, c, b, theta, tight, l1, carry_dual, tol_abs, max_updates, deadline,
+              local_epochs, max_passes, inner, shrinking, work, n_work, fresh, target, gaps, s, dual_best,
+              counters, schedule, history, iterates):
+    """Rounds until the tolerance, ``max_updates``, ``deadline`` (perf_counter seconds) or a
+    full ``history``. Carried between calls: ``counters`` (updates, rounds, gap passes, rows
+    of this slice, rows of the run), the working set ``work[:n_work]``, ``fresh`` (a global
+    pass is due first), ``target`` (the working set's gap that calls for the next global
+    pass), ``schedule`` (with no working set: round and gap of the last global pass, round of
+    the next) and ``dual_best``. Each history row: (time, updates, P_form, D_form, gap,
+    rounds); ``iterates`` receives a copy of a at the first rows. ``carry_dual``: whether the
+    best dual value of earlier states certifies later ones (not when the model is w(a), in
+    the dual: see Problem.certify). Returns (n_work, fresh,
+    target, dual_best, status): status 1 converged, 2 max_updates, 3 deadline or full."""
+    n = a.shape[0]
+    everyone = np.arange(n)
+    while True:
+        if fresh:  # a global pass: certificate, then the next working set
+            _gaps(D, everyone, a, z, off, mu, c, theta, gaps, s)
+            counters[2] += 1
+            gap_sum = 0.0
+            s_max = 0.0
+            for i in range(n):
+                gap_sum += gaps[i]
+                s_max = max(s_max, abs(s[i]))
+            q, ub = residual_stats(z, c * off[0], b)
+            primal, dual, gap, dual_best = form_certificate(q, ub, c, cpu.sum_g(a, theta), gap_sum, s_max,
+                                                            l1, tight, dual_best if carry_dual else -np.inf)
+            row = int(counters[3])
+            history[row, 0] = _now()
+            history[row, 1] = counters[0]
+            history[row, 2] = primal
+            history[row, 3] = dual
+            history[row, 4] = gap
+            history[row, 5] = counters[1]
+            kept = int(counters[4])
+            if kept < iterates.shape[0]:
+                iterates[kept] = a
+            counters[3] += 1
+            counters[4] += 1
+            if gap <= tol_abs:
+                return n_work, fresh, target, dual_best, 1
+            _plan_next_pass(schedule, counters[1], gap, tol_abs)
+            if counters[0] >= max_updates:
+                return n_work, fresh, target, dual_best, 2
+            n_work = 0
+            if shrinking and counters[1] > 0:
+                for i in range(n):
+                    if gaps[i] > 0.0:
+                        work[n_work] = i
+                        n_work += 1
+            if n_work == 0 or n_work > n // 2:  # shrinking would save little: visit all
+                work[:] = everyone
+                n_work = n
+            target = max(inner * gap, 0.5 * tol_abs)
+            fresh = False
+            if counters[3] >= history.shape[0] or history[row, 0] >= deadline:
+                return n_work, fresh, target, dual_best, 3
+        active = work[:n_work]
+        passes = local_epochs * min(max_passes, max(1, n // max(1, n_work)))
+        for _ in range(passes):
+            np.random.shuffle(active)
+            counters[0] += _epoch(D, everyone, active, a, z, off, mu, sqnorm, c, theta)
+        counters[1] += 1
+        if counters[0] >= max_updates:
+            fresh = True
+        elif n_work == n:  # no working set: the next global pass when the rate predicts it matters
+            fresh = counters[1] >= schedule[2]
+        else:
+            fresh = _working_gap(D, active, a, z, off, mu, c, theta, b, tight, l1, gaps, s) <= target
+
+
+@njit(nogil=True)
+def seed(value):
+    """Seed the compiled code's random stream (its shuffles), per thread."""
+    np.random.seed(value)
+
+
+def solve_in_memory(problem, a, z, off, *, local_epochs, max_epochs, max_time, shrinking, tol_abs, seed_value,
+                    record, t0, slice_s=0.2, inner=0.3, max_passes=16, iterates=None):
+    """Run :func:`run_slice` until it stops; ``record(history rows, counters)`` streams each
+    slice's rows. Returns (status, the best dual value of the run)."""
+    n = problem.n_coords
+    A = problem.A
+    D = (A.indptr, A.indices, A.data) if problem.sparse else (A,)
+    tight = tight_lasso(problem.theta)
+    l1 = float(problem.theta.l1) if tight else 0.0
+    work = np.arange(n, dtype=np.int64)
+    gaps, s = np.empty(n), np.empty(n)
+    counters = np.zeros(5)  # updates, rounds, gap passes, rows of this slice, rows of the run
+    iterates = np.empty((0, n)) if iterates is None else iterates
+    schedule = np.array([0.0, np.inf, 0.0])
+    history = np.empty((HISTORY, 6))
+    state = (n, True, 0.0, -np.inf)
+    seed(seed_value)
+    while True:
+        deadline = time.perf_counter() + slice_s
+        if max_time is not None:
+            deadline = min(deadline, t0 + max_time)
+        counters[3] = 0
+        with warnings.catch_warnings():  # the clock is read in object mode, with the GIL: intended
+            warnings.simplefilter("ignore", NumbaWarning)
+            n_work, fresh, target, dual_best, code = run_slice(
+                D, a, z, off, problem.mu, problem.sqnorm, problem.c, problem.b, problem.theta, tight, l1,
+                not problem.dual_form, tol_abs, max_epochs * n, deadline, local_epochs, max_passes, inner, shrinking, work, state[0],
+                state[1], state[2], gaps, s, state[3], counters, schedule, history, iterates)
+        state = (n_work, fresh, target, dual_best)
+        record(history[: int(counters[3])], counters)
+        if code == 1:
+            return "converged", dual_best
+        if code == 2:
+            return "max_epochs", dual_best
+        if max_time is not None and time.perf_counter() - t0 >= max_time:
+            return "max_time", dual_best
