@@ -39,8 +39,9 @@ def user_objective(model, w, fit_intercept=False):
 
 def user_dual(model, p, w):
     """The dual objective at the dual point each family uses, written out here: for the
-    regressions, the residual's point (Lasso with the bounded-support conjugate
-    B = P(0)/alpha); for the classifiers, the liblinear dual at the KKT point of w."""
+    regressions, the residual's point (the Lasso: the better of the bounded-support conjugate
+    B = P(0)/alpha and scikit-learn's rescaled residual); for the classifiers, the liblinear
+    dual at the KKT point of w."""
     if model in ("svm", "logistic"):
         a = dual_point(p, w)
         v = (YC[:, None] * X).T @ a
@@ -54,9 +55,11 @@ def user_dual(model, p, w):
     if model == "ridge":
         return 2 * r @ Y - r @ r - corr @ corr / 1.0
     fit = (Y @ Y - (Y - r) @ (Y - r)) / (2 * N)
-    if model == "lasso":
+    if model == "lasso":  # the better of the bounded-support point and scikit-learn's rescaled residual
         B = 0.5 / N * (Y @ Y) / 0.1
-        return fit - B * np.maximum(0.0, np.abs(corr) / N - 0.1).sum()
+        bounded = fit - B * np.maximum(0.0, np.abs(corr) / N - 0.1).sum()
+        t = min(1.0, 0.1 / (np.abs(corr).max() / N))
+        return max(bounded, t * (r @ Y) / N - t * t * (r @ r) / (2 * N))
     l1 = l2 = 0.05
     return fit - (np.maximum(0.0, np.abs(corr) / N - l1) ** 2).sum() / (2 * l2)
 
