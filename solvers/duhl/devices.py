@@ -58,6 +58,16 @@ class CPUDevice:
         """dst[start:...] = src[positions], both on the device (not counted: no host bytes)."""
         dst[start:start + positions.shape[0]] = src[positions]
 
+    def copy_rows(self, dst, start, src, rows, from_host, prefetch=False):
+        """Append CSR rows ``rows`` of src = (host indptr, indices, data) to dst = (indices,
+        data) from ``start``; ``from_host``: src is the host's matrix (the bytes are counted).
+        Returns the rows' lengths."""
+        lengths = np.empty(rows.shape[0], dtype=np.int64)
+        end = cpu.copy_csr_rows(*src, rows, *dst, start, lengths)
+        if from_host:
+            self.bytes_h2d += (end - start) * (dst[0].itemsize + dst[1].itemsize)
+        return lengths
+
     def settle(self):
         """Make later compute wait for the prefetched copies (CUDA)."""
 
@@ -199,6 +209,19 @@ class CUDADevice(CPUDevice):
         with self._copying(prefetch=True) if prefetch else contextlib.nullcontext():
             super().gather(dst, start, src, self._put(positions))
 
+    def copy_rows(self, dst, start, src, rows, from_host, prefetch=False):
+        indptr, indices, data = src
+        starts, stops = indptr[rows], indptr[rows + 1]
+        lengths = (stops - starts).astype(np.int64)
+        positions = _row_positions(starts, lengths)
+        if from_host:  # gathered on the host, one copy of each array
+            self.upload_into(dst[0], start, indices[positions].astype(dst[0].dtype, copy=False), prefetch)
+            self.upload_into(dst[1], start, data[positions], prefetch)
+        else:
+            self.gather(dst[0], start, indices, positions, prefetch)
+            self.gather(dst[1], start, data, positions, prefetch)
+        return lengths
+
     def synchronize(self):
         if not self.simulate:
             self.compute_stream.synchronize()
@@ -257,6 +280,11 @@ class CUDADevice(CPUDevice):
         self._launch(self.k.gaps_sparse, rows.shape[0], *buf, self._put(rows), coords, *st,
                      self.mu, p.c, p.theta, out, s)
         return out, s
+
+
+def _row_positions(starts, lengths):
+    """Positions of the entries of rows starting at ``starts`` with ``lengths``, in order."""
+    return np.repeat(starts - np.cumsum(lengths) + lengths, lengths) + np.arange(int(lengths.sum()))
 
 
 def _enable_simulator():

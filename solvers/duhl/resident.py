@@ -178,31 +178,20 @@ class _CSRRows:
             self.indices, self.data = xp.empty(capacity, indices_dtype), xp.empty(capacity, data_dtype)
             self._spare = (xp.empty(capacity, indices_dtype), xp.empty(capacity, data_dtype))
 
-    def entries(self, rows):
-        """Positions of the rows' entries, in order, and the rows' lengths."""
-        starts, stops = self.indptr[rows], self.indptr[rows + 1]
-        lengths = stops - starts
-        return np.repeat(starts - np.cumsum(lengths) + lengths, lengths) + np.arange(lengths.sum()), lengths
-
     def rebuild(self, device, parts, A, incoming, prefetch=False):
-        """The rows become: ``rows`` of each (source, rows) in ``parts``, gathered
-        device-to-device, then A's rows ``incoming``, copied host->device."""
+        """The rows become: ``rows`` of each (source, rows) in ``parts`` (device-to-device),
+        then A's rows ``incoming`` (host->device)."""
         new_indices, new_data = self._spare
         filled, lengths, coords = 0, [], []
         for source, rows in parts:
-            positions, part_lengths = source.entries(rows)
-            if positions.shape[0]:
-                device.gather(new_indices, filled, source.indices, positions, prefetch)
-                device.gather(new_data, filled, source.data, positions, prefetch)
-            filled += int(positions.shape[0])
-            lengths.append(part_lengths)
+            part = device.copy_rows((new_indices, new_data), filled, (source.indptr, source.indices, source.data),
+                                    rows, from_host=False, prefetch=prefetch)
+            filled += int(part.sum())
+            lengths.append(part)
             coords.append(source.coords[rows])
-        rows_in = A[incoming]
-        if incoming.shape[0]:
-            device.upload_into(new_indices, filled, rows_in.indices.astype(A.indices.dtype, copy=False),
-                               prefetch)
-            device.upload_into(new_data, filled, rows_in.data, prefetch)
-        lengths.append(np.diff(rows_in.indptr))
+        part = device.copy_rows((new_indices, new_data), filled, (A.indptr, A.indices, A.data), incoming,
+                                from_host=True, prefetch=prefetch)
+        lengths.append(part)
         coords.append(incoming)
         self._spare = (self.indices, self.data)
         self.indices, self.data = new_indices, new_data

@@ -4,86 +4,34 @@ Dünner, Parnell, Jaggi, "Efficient Use of Limited-Memory Accelerators for
 Linear Learning on Heterogeneous Systems", NIPS 2017.
 
 The host holds all data, the coefficients ``a`` and a gap memory; the device
-holds the data of a budget of coordinates. Each round:
+holds the data of a budget of coordinates. Each round (:mod:`solvers.duhl.swaps`):
 
-1. the device runs ``local_epochs`` epochs of stochastic coordinate descent on
-   its resident set, then computes its coordinates' gaps at the new state;
-2. at the same time a host thread computes the gaps, at the round's start
-   state, of every coordinate whose gap there is not yet known (those not
-   resident last round), from a snapshot of (a, z);
+1. the device runs ``local_epochs`` epochs' worth of coordinate descent on its
+   resident set, then computes its coordinates' gaps at the new state;
+2. at the same time a host thread refreshes, at the round's start state, stale
+   entries of the gap memory: all of them on certifying rounds (the block's
+   gaps from last round + the host's = the start state's exact gap), else the
+   oldest that fit ``refresh`` times the device's bytes (the row is an estimate);
 3. the host swaps in the coordinates with the largest gap memory (or the
    block another policy asks for), copying only coordinates not yet resident.
 
-Steps 1 and 2 together give the exact duality gap of the round's start state
-(last round's device gaps + this round's host gaps, all at that state), so
-every reported gap is exact, never read from the stale gap memory. When the
-start state is certified to the tolerance, it is the one returned. With all
-data resident the device gaps alone certify the end state.
+Every gap reported as certified is exact, never read from the stale memory;
+a state is returned as converged only on an exact gap. With all data resident
+on the CPU the whole loop is compiled (:mod:`solvers.duhl.inmemory`).
 """
 
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from solvers.duhl.budget import parse_budget, split_budget
 from solvers.duhl.inmemory import solve_in_memory
 from solvers.duhl.resident import make_resident_set
-from solvers.duhl.selection import Policy
+from solvers.duhl.swaps import MAX_PASSES_PER_ROUND, solve_with_swaps
 from solvers.glm.checks import check_params
 from solvers.glm.trace import SolveResult, Trace
 
-# A round does about ``local_epochs`` epochs' worth of updates however far shrinking
-# has gone: passes over the visited coordinates, at most this many.
-MAX_PASSES_PER_ROUND = 16
-
-
-def passes_per_round(local_epochs, n_resident, n_visit):
-    """Passes over the visited coordinates worth ``local_epochs`` epochs of the resident set."""
-    return local_epochs * min(MAX_PASSES_PER_ROUND, max(1, n_resident // max(1, n_visit)))
-
-
 DuHLResult = SolveResult  # the name callers know
-
-
-def _child(rng):
-    """An independent stream for the selection policy, taken without advancing
-    ``rng``: drawing a block ahead (prefetch) then changes no epoch's order."""
-    try:
-        return rng.spawn(1)[0]
-    except (TypeError, ValueError):  # a generator without a SeedSequence
-        return np.random.default_rng(rng.bit_generator.jumped().random_raw(1)[0])
-
-
-class _GapSchedule:
-    """When to pay for a gap pass while all data is resident (no selection needs it).
-
-    From the last two checked gaps it estimates the linear rate and waits half
-    the rounds it predicts to the target (at most twice the last wait), so a
-    run overshoots its target by a bounded share of its rounds, as
-    scikit-learn's cheap stopping test does by other means.
-    """
-
-    def __init__(self, tol_abs, every="auto"):
-        self.tol_abs = tol_abs
-        self.every = every
-        self.history = []
-        self.next_round = 0
-
-    def checked(self, rnd, gap):
-        self.history.append((rnd, gap))
-        wait = 1
-        if self.every != "auto":
-            wait = self.every
-        elif len(self.history) >= 2:
-            (r1, g1), (r2, g2) = self.history[-2:]
-            if 0 < g2 < g1 and self.tol_abs > 0:
-                per_round = np.log(g2 / g1) / (r2 - r1)
-                remaining = np.log(self.tol_abs / g2) / per_round
-                wait = int(np.clip(0.5 * remaining, 1, 2 * (r2 - r1)))
-            elif 0 < g2 < g1:
-                wait = 2 * (r2 - r1)
-        self.next_round = rnd + min(wait, 64)
 
 
 class DuHL:
@@ -117,9 +65,15 @@ class DuHL:
         solvers.duhl.inmemory; with part of the data resident the gaps drive the
         selection and are computed every round.)
     shrinking : bool
-        With all data resident, epochs skip the coordinates whose gap was zero at
-        the last gap pass (as liblinear's shrinking: a working set); every gap pass
-        still covers all coordinates, so the certificate is unchanged.
+        Epochs skip the coordinates whose last known gap is zero (as liblinear's
+        shrinking: a working set, inside the block when part of the data is
+        resident); every gap pass still covers all coordinates, so the
+        certificate is unchanged.
+    refresh : "auto", "all" or float > 0
+        Part of the data resident: how many stale gaps the host refreshes in a
+        round that does not certify, as a multiple of the bytes the device
+        touches in it ("auto": 1, the host as busy as the device); "all":
+        every round refreshes every stale gap and certifies its start state.
     keep_iterates : int >= 0
         Keep a copy of ``a`` at each of the first ``keep_iterates`` trace rows (the
         state each row certifies), as ``result.iterates``: for inspecting a run.
@@ -149,7 +103,7 @@ class DuHL:
     def __init__(self, memory_budget=None, selection="gap", local_epochs=1, tol=1e-6,
                  max_epochs=1000, max_time=None, device="cpu", random_state=None, callback=None,
                  gap_every="auto", shrinking=True, prefetch="auto", gap_kernel="tpa",
-                 concurrency="auto", keep_iterates=0):
+                 concurrency="auto", keep_iterates=0, refresh="auto"):
         self.memory_budget = memory_budget
         self.selection = selection
         self.local_epochs = local_epochs
@@ -165,6 +119,7 @@ class DuHL:
         self.gap_kernel = gap_kernel
         self.concurrency = concurrency
         self.keep_iterates = keep_iterates
+        self.refresh = refresh
         self._validate(self.owner)
 
     def _validate(self, owner):
@@ -173,7 +128,7 @@ class DuHL:
                      max_time=self.max_time, device=self.device, random_state=self.random_state,
                      gap_every=self.gap_every, shrinking=self.shrinking, prefetch=self.prefetch,
                      gap_kernel=self.gap_kernel, concurrency=self.concurrency,
-                     keep_iterates=self.keep_iterates)
+                     keep_iterates=self.keep_iterates, refresh=self.refresh)
         if self.gap_kernel == "blas" and self.device == "cpu":
             raise ValueError(f"The 'gap_kernel' parameter 'blas' of {owner} runs on device='cuda' or "
                              "'cuda_sim' (the CPU computes gaps with its own kernels). Got device='cpu'.")
@@ -236,7 +191,8 @@ class DuHL:
         else:
             rset = make_resident_set(problem, budget, self.device, prefetch=self._prefetch_share(),
                                       gap_kernel=self.gap_kernel, concurrency=self.concurrency)
-            status, rounds, counters = self._solve_with_swaps(problem, rset, a, z, off, rng, trace, t0)
+            status, rounds, counters = solve_with_swaps(self, problem, rset, a, z, off, rng, trace, t0,
+                                                        self._iterates)
             bytes_h2d, hits, prefetched = rset.bytes_h2d, rset.prefetch_hits, rset.bytes_prefetched
         updates, dual_best = counters
         elapsed = trace.rows[-1]["time_s"]
@@ -272,104 +228,3 @@ class DuHL:
             seed_value=int(rng.integers(2**31 - 1)), record=record, t0=t0, max_passes=MAX_PASSES_PER_ROUND,
             iterates=self._iterates)
         return status, done["rounds"], (done["updates"], dual_best)
-
-    def _solve_with_swaps(self, problem, rset, a, z, off, rng, trace, t0):
-        """The DuHL loop: a resident set on a device, swaps chosen by the policy, the host
-        refreshing the other coordinates' gaps in a thread while the device computes."""
-        n = problem.n_coords
-        tol_abs = self.tol * problem.P0
-        state = (a, z, off)
-        policy = Policy(self.selection, problem.coord_bytes, rset.capacity_bytes, problem.sqnorm,
-                        _child(rng))
-        dual_best = -np.inf
-
-        def record(rnd, st, gap_sum, s_max, updates, swaps):
-            """The certificate of state st (every coordinate's gap and s at st known)."""
-            nonlocal dual_best
-            primal, dual, gap, dual_best = problem.certify(*st, gap_sum=gap_sum, s_max=s_max, dual_best=dual_best)
-            if len(trace.rows) < self.keep_iterates:
-                self._iterates[len(trace.rows)] = st[0]
-            trace.record(round=rnd, time_s=time.perf_counter() - t0, epoch=updates / n,
-                         primal=primal, dual=dual, gap=gap, rel_gap=gap / problem.P0 if problem.P0 > 0 else 0.0,
-                         certified=1, bytes_h2d=rset.bytes_h2d, swaps=swaps, n_resident=len(rset.resident()),
-                         prefetch_hits=rset.prefetch_hits, bytes_prefetched=rset.bytes_prefetched)
-            return gap
-
-        # gaps at the start state, all known: the first selection and round 0's row
-        gap_memory, s_memory = problem.coordinate_gaps(a, z, off, with_s=True)
-        fresh = np.ones(n, dtype=bool)      # coordinates whose gap at the current state is known
-        fresh_sum, fresh_s = float(gap_memory.sum()), float(np.abs(s_memory).max(initial=0.0))
-        updates, swaps, rnd = 0, 0, 0
-        status = "converged" if record(0, state, fresh_sum, fresh_s, 0, 0) <= tol_abs else None
-        certified = True                     # the current state's gap is known and recorded
-        resident = np.zeros(n, dtype=bool)
-        schedule = _GapSchedule(tol_abs, self.gap_every)
-        active = None                         # all resident + shrinking: coordinates visited
-
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="duhl-host") as host:
-            while status is None:
-                if rnd == 0 or not resident.all():  # all resident: nothing left to choose
-                    chosen = policy.select(gap_memory, resident)
-                    swaps += rset.assign(chosen)
-                    resident[:] = False
-                    resident[chosen] = True
-                    n_resident = int(chosen.shape[0])
-                rnd += 1
-
-                start_updates, start_swaps = updates, swaps
-                stale = np.flatnonzero(~fresh)
-                # the host reads the start state while the device moves on from it
-                snapshot = (a.copy(), z.copy(), off.copy()) if stale.size else None
-                job = (host.submit(problem.coordinate_gaps, *snapshot, stale, with_s=True)
-                       if stale.size else None)
-                whole = bool(resident.all())
-                passes = passes_per_round(self.local_epochs, n_resident, n_resident if active is None
-                                          else active.shape[0])
-                if whole and rnd < schedule.next_round:
-                    # all resident (a GPU): gaps only when the schedule expects them to matter
-                    updates += rset.run_round(state, rng, passes, with_gaps=False, active=active)[0]
-                    certified = False
-                    status = self._stop(updates, n, t0)
-                    continue
-                # what the next swap will likely bring in travels while the device computes
-                upcoming = (policy.peek(gap_memory, resident, rset.staging_bytes)
-                            if rset.staging_bytes and not whole else None)
-                done, dev_coords, dev_gaps, dev_s = rset.run_round(state, rng, passes, active=active,
-                                                                   prefetch=upcoming)
-                updates += done
-                refreshed = job.result() if job is not None else None
-
-                if refreshed is not None:  # the start state's gap is now exact
-                    host_gaps, host_s = refreshed
-                    gap_start = record(rnd - 1, snapshot, fresh_sum + float(host_gaps.sum()),
-                                       max(fresh_s, float(np.abs(host_s).max(initial=0.0))),
-                                       start_updates, start_swaps)
-                    if gap_start <= tol_abs:
-                        a[:], z[:], off[:] = snapshot
-                        status = "converged"
-                        break
-                    gap_memory[stale] = host_gaps
-                gap_memory[dev_coords] = dev_gaps
-                fresh[:] = False
-                fresh[dev_coords] = True
-                fresh_sum, fresh_s = float(dev_gaps.sum()), float(np.abs(dev_s).max(initial=0.0))
-                certified = bool(fresh.all())
-                if certified:  # all coordinates resident: the end state is certified too
-                    if record(rnd, state, fresh_sum, fresh_s, updates, swaps) <= tol_abs:
-                        status = "converged"
-                        break
-                    schedule.checked(rnd, fresh_sum)
-                    if self.shrinking:
-                        # like liblinear's shrinking: skip coordinates whose gap is zero (at a
-                        # bound, optimality holding) until the next gap pass; certification
-                        # still covers every coordinate, so nothing is lost but time
-                        active = dev_coords[dev_gaps > 0]
-                        if active.size == 0:
-                            active = None
-                status = self._stop(updates, n, t0)
-
-        if not certified and status != "converged":
-            # the last round's end state has no exact gap yet: one more pass gives it
-            gaps, s = problem.coordinate_gaps(a, z, off, with_s=True)
-            record(rnd, state, float(gaps.sum()), float(np.abs(s).max(initial=0.0)), updates, swaps)
-        return status, rnd, (updates, dual_best)

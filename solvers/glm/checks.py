@@ -197,6 +197,7 @@ RULES: Mapping[str, Rule] = {
     "gap_kernel": Options(("tpa", "blas")),
     "concurrency": AUTO_OR_POSITIVE_INT,
     "keep_iterates": Integer(0),
+    "refresh": Either("auto", "all", Real(0, None, "neither")),
     # CoCoA+ and DIANA
     "n_parts": Integer(1),
     "aggregation": Options(("adding", "averaging")),

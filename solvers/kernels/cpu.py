@@ -173,3 +173,18 @@ def dense_row_stats(A):
         sums[i] = s
         sq[i] = q
     return sums, sq
+
+
+@njit(cache=True, nogil=True)
+def copy_csr_rows(indptr, indices, data, rows, out_indices, out_data, start, lengths):
+    """Append the CSR rows ``rows`` to (out_indices, out_data) from position ``start``;
+    each row's length goes to ``lengths``. Returns the next free position."""
+    pos = start
+    for k in range(rows.shape[0]):
+        lo, hi = indptr[rows[k]], indptr[rows[k] + 1]
+        n = hi - lo
+        out_indices[pos:pos + n] = indices[lo:hi]
+        out_data[pos:pos + n] = data[lo:hi]
+        lengths[k] = n
+        pos += n
+    return pos

@@ -166,8 +166,8 @@ def test_duhl_with_blas_gaps_certifies_every_row(cuda_kernels):
     params = {"alpha": 0.05}
     p = make_problem("lasso", X, y, **params)
     res = DuHL(memory_budget=0.5, tol=0.0, max_epochs=4, random_state=0, device="cuda_sim",
-               gap_kernel="blas", keep_iterates=100).solve(p)
-    assert len(res.trace) > 2 and len(res.iterates) == len(res.trace)
+               gap_kernel="blas", keep_iterates=100, refresh="all").solve(p)
+    assert len(res.trace) > 2 and len(res.iterates) == len(res.trace) and res.trace.certified.all()
     # each row's gap (device gaps and s by cuBLAS + the host's) is P - (the best dual value
     # so far) of its state, P and D written out in glm_oracles from a alone
     best = -np.inf

@@ -1,0 +1,238 @@
+"""DuHL's round loop with part of the data resident: select, swap, compute, refresh gaps.
+
+Each round the device runs epochs on its block (only the block's coordinates with
+a positive gap when ``shrinking``: a working set inside the block) and returns the
+block's gaps at the new state; meanwhile a host thread computes, at the round's
+start state, the gaps of coordinates the memory holds only stale:
+
+- **certifying rounds** refresh every stale gap: with the block's gaps from the
+  last round (also at that state) they give the start state's exact gap, a row
+  with ``certified=1``;
+- **other rounds** refresh only the oldest stale gaps that fit ``refresh`` times
+  the bytes the device touches in the round (the paper's stale gap memory, as
+  cheap as the device's own work): the row's gap is the memory's estimate,
+  ``certified=0``.
+
+A round certifies when the estimate reaches the tolerance (and the host has
+refreshed at least one stale memory's worth of bytes since the last certificate,
+so failed attempts cost at most half the host's work), and on a doubling schedule
+of rounds so certified rows keep coming. ``refresh="all"`` certifies every round.
+With the whole problem resident the device's gaps certify (on a schedule: no
+selection needs them).
+"""
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from solvers.duhl.gap_memory import GapMemory
+from solvers.duhl.selection import Policy
+
+# A round does about ``local_epochs`` epochs' worth of updates however far shrinking
+# has gone: passes over the visited coordinates, at most this many.
+MAX_PASSES_PER_ROUND = 16
+
+
+# A host refresh smaller than this runs in the main thread: a thread hand-off costs more.
+INLINE_BYTES = 1 << 18
+
+
+class _Done:
+    """A result computed in place, with a future's face."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def result(self):
+        return self.value
+
+
+def passes_per_round(local_epochs, n_resident, n_visit):
+    """Passes over the visited coordinates worth ``local_epochs`` epochs of the resident set."""
+    return local_epochs * min(MAX_PASSES_PER_ROUND, max(1, n_resident // max(1, n_visit)))
+
+
+def _child(rng):
+    """An independent stream for the selection policy, taken without advancing
+    ``rng``: drawing a block ahead (prefetch) then changes no epoch's order."""
+    try:
+        return rng.spawn(1)[0]
+    except (TypeError, ValueError):  # a generator without a SeedSequence
+        return np.random.default_rng(rng.bit_generator.jumped().random_raw(1)[0])
+
+
+class GapSchedule:
+    """When to pay for a gap pass while all data is resident (no selection needs it).
+
+    From the last two checked gaps it estimates the linear rate and waits half
+    the rounds it predicts to the target (at most twice the last wait), so a
+    run overshoots its target by a bounded share of its rounds, as
+    scikit-learn's cheap stopping test does by other means.
+    """
+
+    def __init__(self, tol_abs, every="auto"):
+        self.tol_abs = tol_abs
+        self.every = every
+        self.history = []
+        self.next_round = 0
+
+    def checked(self, rnd, gap):
+        self.history.append((rnd, gap))
+        wait = 1
+        if self.every != "auto":
+            wait = self.every
+        elif len(self.history) >= 2:
+            (r1, g1), (r2, g2) = self.history[-2:]
+            if 0 < g2 < g1 and self.tol_abs > 0:
+                per_round = np.log(g2 / g1) / (r2 - r1)
+                remaining = np.log(self.tol_abs / g2) / per_round
+                wait = int(np.clip(0.5 * remaining, 1, 2 * (r2 - r1)))
+            elif 0 < g2 < g1:
+                wait = 2 * (r2 - r1)
+        self.next_round = rnd + min(wait, 64)
+
+
+class Certifier:
+    """Which rounds refresh every stale gap (see the module's docstring)."""
+
+    def __init__(self, tol_abs, refresh):
+        self.tol_abs = tol_abs
+        self.every_round = refresh == "all"
+        self.wait, self.next_round = 2, 2
+        self.refreshed_bytes = 0
+
+    def due(self, rnd, estimate, stale_bytes):
+        if self.every_round or rnd >= self.next_round:
+            return True
+        return estimate <= self.tol_abs and self.refreshed_bytes >= stale_bytes
+
+    def refreshed(self, nbytes):
+        self.refreshed_bytes += nbytes
+
+    def certified(self, rnd):
+        self.refreshed_bytes = 0
+        self.wait *= 2
+        self.next_round = rnd + self.wait
+
+
+def solve_with_swaps(solver, problem, rset, a, z, off, rng, trace, t0, iterates):
+    """The loop of :class:`solvers.duhl.solver.DuHL` with a resident set ``rset``.
+    Returns (status, rounds, (updates, best dual value))."""
+    n = problem.n_coords
+    tol_abs = solver.tol * problem.P0
+    coord_bytes = problem.coord_bytes
+    state = (a, z, off)
+    policy = Policy(solver.selection, coord_bytes, rset.capacity_bytes, problem.sqnorm, _child(rng))
+    ratio = 1.0 if solver.refresh == "auto" else solver.refresh
+    dual_best = -np.inf
+
+    def record(rnd, st, estimate, updates, swaps, exact=True):
+        """A row for state st: certified when every gap in ``estimate`` is at st."""
+        nonlocal dual_best
+        gap_sum, s_max = estimate
+        if len(trace.rows) < iterates.shape[0]:
+            iterates[len(trace.rows)] = st[0]
+        if exact:
+            primal, dual, gap, dual_best = problem.certify(*st, gap_sum=gap_sum, s_max=s_max, dual_best=dual_best)
+        else:  # an estimate never feeds the best dual value
+            primal, dual, gap, _ = problem.certify(*st, gap_sum=gap_sum, s_max=s_max)
+        trace.record(round=rnd, time_s=time.perf_counter() - t0, epoch=updates / n,
+                     primal=primal, dual=dual, gap=gap, rel_gap=gap / problem.P0 if problem.P0 > 0 else 0.0,
+                     certified=int(exact), bytes_h2d=rset.bytes_h2d, swaps=swaps,
+                     n_resident=len(rset.resident()), prefetch_hits=rset.prefetch_hits,
+                     bytes_prefetched=rset.bytes_prefetched)
+        return gap
+
+    # gaps at the start state, all known: the first selection and round 0's row
+    memory = GapMemory(*problem.coordinate_gaps(a, z, off, with_s=True), coord_bytes)
+    updates, swaps, rnd = 0, 0, 0
+    estimate = record(0, state, memory.estimate(), 0, 0)
+    status = "converged" if estimate <= tol_abs else None
+    certified = True                     # the current state's gap is known and recorded
+    resident = np.zeros(n, dtype=bool)
+    schedule = GapSchedule(tol_abs, solver.gap_every)
+    certifier = Certifier(tol_abs, solver.refresh)
+    active = None                        # the coordinates visited (shrinking), None: all resident
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="duhl-host") as host:
+        while status is None:
+            if rnd == 0 or not resident.all():  # all resident: nothing left to choose
+                chosen = policy.select(memory.gaps, resident)
+                swaps += rset.assign(chosen)
+                resident[:] = False
+                resident[chosen] = True
+                n_resident = int(chosen.shape[0])
+                block_bytes = int(coord_bytes[chosen].sum())
+                if solver.shrinking and not resident.all():
+                    # a working set inside the block: coordinates whose last known gap is 0 sit
+                    # at a bound with optimality holding; the block's gaps still cover them all
+                    active = chosen[memory.gaps[chosen] > 0]
+                    if active.shape[0] in (0, n_resident):
+                        active = None
+            rnd += 1
+            start_updates, start_swaps = updates, swaps
+            whole = bool(resident.all())
+            visit = active if active is not None else chosen
+            passes = passes_per_round(solver.local_epochs, n_resident, visit.shape[0])
+            if whole and rnd < schedule.next_round:
+                # all resident (a GPU): gaps only when the schedule expects them to matter
+                updates += rset.run_round(state, rng, passes, with_gaps=False, active=active)[0]
+                certified = False
+                status = solver._stop(updates, n, t0)
+                continue
+
+            stale = memory.stale()
+            stale_bytes = int(coord_bytes[stale].sum())
+            exact = certifier.due(rnd, estimate, stale_bytes)
+            if exact:
+                todo = stale
+            else:
+                todo = memory.plan(ratio * (passes * int(coord_bytes[visit].sum()) + block_bytes))
+            # the host reads the start state while the device moves on from it (a small
+            # refresh costs less than a thread hand-off: done here, before the round)
+            snapshot = (a.copy(), z.copy(), off.copy())
+            todo_bytes = int(coord_bytes[todo].sum())
+            if todo_bytes >= INLINE_BYTES:
+                job = host.submit(problem.coordinate_gaps, *snapshot, todo, with_s=True)
+            else:
+                job = _Done(problem.coordinate_gaps(*snapshot, todo, with_s=True))
+            # what the next swap will likely bring in travels while the device computes
+            upcoming = (policy.peek(memory.gaps, resident, rset.staging_bytes)
+                        if rset.staging_bytes and not whole else None)
+            done, dev_coords, dev_gaps, dev_s = rset.run_round(state, rng, passes, active=active,
+                                                               prefetch=upcoming)
+            updates += done
+            memory.refresh(todo, *job.result())
+            if stale.size:  # a row for the start state: exact when every stale gap was refreshed
+                estimate = record(rnd - 1, snapshot, memory.estimate(), start_updates, start_swaps, exact)
+                if exact:
+                    certifier.certified(rnd)
+                    if estimate <= tol_abs:
+                        a[:], z[:], off[:] = snapshot
+                        status = "converged"
+                        break
+                else:
+                    certifier.refreshed(todo_bytes)
+            memory.moved(dev_coords, dev_gaps, dev_s)
+            certified = memory.all_fresh()
+            if certified:  # all coordinates resident: the end state is certified too
+                estimate = record(rnd, state, memory.estimate(), updates, swaps)
+                if estimate <= tol_abs:
+                    status = "converged"
+                    break
+                schedule.checked(rnd, float(dev_gaps.sum()))
+                if solver.shrinking:
+                    # like liblinear's shrinking: skip coordinates whose gap is zero (at a
+                    # bound, optimality holding) until the next gap pass; certification
+                    # still covers every coordinate, so nothing is lost but time
+                    active = dev_coords[dev_gaps > 0]
+                    if active.size == 0:
+                        active = None
+            status = solver._stop(updates, n, t0)
+
+    if not certified and status != "converged":
+        # the last round's end state has no exact gap yet: one more pass gives it
+        gaps, s = problem.coordinate_gaps(a, z, off, with_s=True)
+        record(rnd, state, (float(gaps.sum()), float(np.abs(s).max(initial=0.0))), updates, swaps)
+    return status, rnd, (updates, dual_best)
