@@ -1,6 +1,7 @@
 """Shared by Downpour and Sandblaster: their result, a seeded shuffled train/test
-split, which rows a replica owns, reading rows from the dataset cache on the
-worker (data never travels through the client), live workers."""
+split, which rows a replica owns, the rows a worker gets (:func:`rows_ref`: read
+from the dataset cache on the worker, or shipped from the driver; see
+tasks.parts), live workers."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import scipy.sparse as sp
 
 from solvers.distbelief.models import make_model
 from tasks.data import read_cached
+from tasks.parts import DataParts
 from tasks.problems import labels_for
 
 
@@ -89,6 +91,14 @@ def load_rows(spec: DataSpec, model_name: str, start: int, stop: int):
     else:  # fancy indexing copies
         X = sp.csr_matrix(ds.X[rows]) if sp.issparse(ds.X) else np.ascontiguousarray(ds.X[rows])
     return X, np.array(y)
+
+
+def rows_ref(parts: Optional[DataParts], spec: DataSpec, model_name: str, start: int, stop: int,
+             worker: Optional[str] = None):
+    """The ref (tasks.parts) of ``load_rows(spec, model_name, start, stop)`` for a task on
+    ``worker``; ``parts`` None: the worker reads them from ``spec.folder``."""
+    parts = parts if parts is not None else DataParts(None, spec.folder, "mmap")
+    return parts.ref(load_rows, spec, model_name, int(start), int(stop), worker=worker)
 
 
 def build_model(model_cfg: Mapping[str, Any], n_features: int, n_train: int):
