@@ -32,7 +32,7 @@ from pipelines import distbelief, glm
 from pipelines.config import register_configs
 from pipelines.tracking import open_tracker, run_tags, stop_on_sigterm
 from tasks.arms import NoCudaDevice, check_device
-from tasks.distributed_glm.replicas import ClusterLost
+from tasks.cluster import ClusterLost
 
 register_configs()
 KINDS = {"glm": glm, "distbelief": distbelief}

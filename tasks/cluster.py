@@ -339,8 +339,12 @@ def cluster_lost_as_error(client: Any) -> Iterator[None]:
         if not scheduler_lost(client) and "scheduler-connection-lost" not in str(error):
             raise
         first = str(error).strip().splitlines()[0] if str(error).strip() else ""
-        raise ClusterLost(f"lost the dask scheduler at {client.scheduler.address} "
-                          f"({type(error).__name__}{': ' + first[:200] if first else ''})") from None
+        raise cluster_lost(client, f"{type(error).__name__}{': ' + first[:200] if first else ''}") from None
+
+
+def cluster_lost(client: Any, detail: str) -> ClusterLost:
+    """The one-line error of a lost scheduler: its address, the client's state, what failed."""
+    return ClusterLost(f"lost the dask scheduler at {client.scheduler.address} (client {client.status}; {detail})")
 
 
 def describe(client: Any) -> Mapping[str, Any]:

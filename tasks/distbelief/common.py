@@ -14,6 +14,7 @@ import pandas as pd
 import scipy.sparse as sp
 
 from solvers.distbelief.models import make_model
+from tasks.cluster import cluster_lost, scheduler_lost
 from tasks.data import read_cached
 from tasks.parts import DataParts
 from tasks.problems import labels_for
@@ -117,6 +118,8 @@ def build_model(model_cfg: Mapping[str, Any], n_features: int, n_train: int):
 def live_workers(client) -> List[str]:
     """The scheduler's workers now (a fresh query: ``Client.scheduler_info()`` returns a
     cache that a background refresh may leave without per-worker entries)."""
+    if scheduler_lost(client):  # fail at once, not after the connect timeout
+        raise cluster_lost(client, "asking for the live workers")
     info = client.sync(client.scheduler.identity, n_workers=-1)
     return sorted(info.get("workers", {}))
 

@@ -35,7 +35,7 @@ from distributed.scheduler import KilledWorker
 
 from solvers.distributed_glm.cocoa import CocoaPart
 from solvers.distributed_glm.diana import DianaWorker, shard_rows
-from tasks.cluster import ClusterLost
+from tasks.cluster import ClusterLost, cluster_lost  # noqa: F401 (ClusterLost: re-exported)
 from tasks.parts import as_parts, columns, materialize, rows
 from tasks.problems import build_problem, labels_for
 
@@ -141,7 +141,7 @@ class _DaskReplicas:
         except TypeError:
             info = self.client.scheduler_info()
         except Exception as error:
-            raise ClusterLost(f"lost the dask scheduler: {error}") from None
+            raise cluster_lost(self.client, f"{type(error).__name__}: {str(error).splitlines()[0][:200]}") from None
         workers = sorted(info.get("workers", {}))
         if not workers:
             self.client.wait_for_workers(1, timeout=self.timeout_s)
@@ -174,7 +174,7 @@ class _DaskReplicas:
         """Why a replica's task did not finish, when a rebuild on a live worker is the remedy;
         raises ClusterLost (the scheduler is gone) or the task's own error (a bug: not retried)."""
         if self.client.status != "running":
-            raise ClusterLost(f"lost the dask scheduler ({self.client.status})")
+            raise cluster_lost(self.client, f"replica task {future.status}")
         if future.status == "error":
             error = future.exception()
             if not isinstance(error, (NeedState, KilledWorker)):
