@@ -236,8 +236,8 @@ def _slurm_cluster(c: SlurmClusterConfig):
     except ImportError as error:
         raise RuntimeError("cluster=slurm needs dask-jobqueue: pip install dask-jobqueue") from error
     kwargs = {k: v for k, v in dataclasses.asdict(c).items()
-              if k not in ("name", "n_jobs", "timeout_s", "data_access") and v not in (None, [])}
-    return SLURMCluster(**kwargs)
+              if k not in ("name", "n_jobs", "timeout_s", "data_access", "dashboard_address") and v not in (None, [])}
+    return SLURMCluster(**kwargs, scheduler_options={"dashboard_address": c.dashboard_address})
 
 
 def _start_slurm(c: SlurmClusterConfig):
@@ -319,7 +319,8 @@ def _join(c: RemoteClusterConfig):
     # A half-built Client lives on in the error's traceback; if the garbage collector
     # finalizes it while another Client starts, both can wait on one lock forever.
     gc.collect()
-    raise ConnectionError(f"Could not reach the dask scheduler at {c.address!r} within {c.timeout_s:g}s ({reason})")
+    raise ConnectionError(f"Could not reach the dask scheduler at {c.address!r} (waited up to {c.timeout_s:g}s): "
+                          f"{reason}")
 
 
 def scheduler_lost(client: Any) -> bool:
@@ -356,7 +357,7 @@ def describe(client: Any) -> Mapping[str, Any]:
     workers = info.get("workers", {})
     scheduler = getattr(getattr(client, "cluster", None), "scheduler", None)
     server = getattr(scheduler, "http_server", None)
-    if server is not None:
+    if server is not None:  # tornado's listening sockets: the addresses really bound
         http = ["http://{}:{}".format(*s.getsockname()[:2]) for s in server._sockets.values()]
     else:  # a remote scheduler: its address and HTTP port
         port = info.get("services", {}).get("dashboard")
