@@ -184,7 +184,7 @@ def test_distbelief_with_shipped_rows(client, tmp_path):
                        max_time=60, eval_every_s=10, seed=3, parts=parts)
     np.testing.assert_allclose(one.w, sequential_sgd(model, X, y, model.init(3), lr=0.2, batch_size=16, n_steps=40,
                                                      seed=3), rtol=1e-10, atol=1e-12)
-    lbfgs = run_sandblaster(client, spec, model_cfg, m=8, max_iter=60, max_time=60, gtol=1e-7, ftol=1e-14,
+    lbfgs = run_sandblaster(client, spec, model_cfg, m=8, max_iter=25, max_time=60, gtol=1e-7, ftol=1e-14,
                             parts=parts)
     ref = minimize(lambda w: model.loss_grad(w, X, y), np.zeros(model.n_params), jac=True, method="L-BFGS-B",
                    options={"ftol": 1e-15, "gtol": 1e-12}).fun
