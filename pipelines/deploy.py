@@ -7,6 +7,7 @@ import contextlib
 from pathlib import Path
 from typing import Any, Iterator, Optional, Tuple
 
+from pipelines.tracking import relative
 from tasks.cluster import cluster_lost_as_error, connect, describe, validate_cluster_config
 from tasks.parts import DataParts, choose_access
 
@@ -31,7 +32,7 @@ def cluster_and_data(cluster_cfg: Any, dataset_path: Path, console: Any,
                 script.write_text(client.cluster.job_script())
                 console.print(f"job script: {script}")
             parts = DataParts(client, dataset_path, choose_access(client, dataset_path, c.data_access))
-        console.print(f"data on the workers: {parts.how()}")
+        console.print(f"data on the workers: {parts.how(relative(dataset_path))}")
         try:
             yield client, parts
         finally:

@@ -33,6 +33,7 @@ from tasks.data import cache_key, load_dataset, resolve_path, validate_data_conf
 from tasks.distbelief.common import build_model, data_spec
 from tasks.distbelief.downpour import run_downpour
 from tasks.distbelief.sandblaster import run_sandblaster
+from tasks.problems import describe_labels
 
 RUNNERS = {"downpour": run_downpour, "sandblaster": run_sandblaster}
 # Set by the pipeline, not by an arm.
@@ -132,6 +133,10 @@ def run(cfg: DictConfig, p: Dict[str, Any], tracker: Any, tags: Dict[str, str], 
     with tracker.run(run_name, os.environ.get(SWEEP_PARENT_ENV), tags["parent"]) as parent_id:
         tracker.log_params(parent_id, flatten(OmegaConf.to_container(cfg, resolve=True)))
         dataset = load_dataset(p["data"], resolve_path(cfg.cache_dir, PROJECT_ROOT), PROJECT_ROOT)
+        labels = describe_labels(p["model"]["name"], dataset.y)
+        if labels:
+            console.print(f"labels: {labels}")
+            tracker.set_tags(parent_id, {"labels": labels})
         spec = data_spec(dataset, db["test_fraction"], db["shuffle_seed"])
         n_params = build_model(p["model"], spec.n_features, spec.n_train).n_params
         console.print(f"data: {p['data'].name} {spec.n_rows} x {spec.n_features} (train {spec.n_train}, "

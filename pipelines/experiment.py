@@ -33,6 +33,7 @@ from pipelines.config import register_configs
 from pipelines.tracking import open_tracker, run_tags, stop_on_sigterm
 from tasks.arms import NoCudaDevice, check_device
 from tasks.cluster import ClusterLost
+from tasks.data import DataError
 
 register_configs()
 KINDS = {"glm": glm, "distbelief": distbelief}
@@ -71,13 +72,21 @@ def run_experiment(cfg: DictConfig, output_dir: Path, run_name: str = "",
     for noisy in ("distributed", "bokeh", "tornado"):  # Hydra's INFO logging would print every worker event
         logging.getLogger(noisy).setLevel(logging.WARNING)
     output_dir = Path(output_dir)
-    tracker = open_tracker(cfg.tracking)
+    try:
+        tracker = open_tracker(cfg.tracking)
+    except ConnectionError as error:
+        raise SystemExit(f"Error: {error}") from None
+    if getattr(tracker, "failed_dead_runs", 0):
+        console.print(f"tracking: {tracker.failed_dead_runs} run(s) left RUNNING by a process that died "
+                      "are now FAILED (error: process died)")
     arm_tags = {**run_tags(cfg.device.name), "kind": cfg.experiment.get("kind", "glm")}
     tags = {"arm": arm_tags, "parent": {**arm_tags, "overrides": " ".join(overrides)} if overrides else arm_tags}
     try:
         return kind.run(cfg, plan, tracker, tags, run_name or cfg.experiment.name, output_dir, console, started)
     except (ClusterLost, ConnectionError) as error:  # the runs are FAILED with the error tagged
         raise SystemExit(f"Error: {type(error).__name__}: {error}") from None
+    except DataError as error:  # a file or label problem found once the data is read: one line
+        raise SystemExit(f"Error: {' '.join(str(error).splitlines()[:1])}") from None
 
 
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")

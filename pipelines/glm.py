@@ -21,14 +21,14 @@ from omegaconf import DictConfig, OmegaConf
 from pipelines import progress, report
 from pipelines.config import SolverConfig, check_config, solver_schema
 from pipelines.deploy import arm_on, cluster_and_data
-from pipelines.tracking import PROJECT_ROOT, SWEEP_PARENT_ENV, RoundSampler, flatten
+from pipelines.tracking import PROJECT_ROOT, SWEEP_PARENT_ENV, RoundSampler, flatten, relative
 from solvers.glm.models import get_model
 from tasks.arms import make_solver, progress_metric, run_arm, warmup
 from tasks.cluster import validate_cluster_config
 from tasks.data import cache_key, load_dataset, resolve_path, validate_data_config
 from tasks.distributed_glm.arms import Placement
 from tasks.distributed_glm.arms import check_model as check_arm_model
-from tasks.problems import build_problem
+from tasks.problems import build_problem, describe_labels
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +109,10 @@ def run_tracked_arm(cfg: DictConfig, plan: Plan, tracker: Any, arm_id: str, name
         tracker.log_round(arm_id, last)  # the curve ends where the run ended
     stats = report.arm_stats(result.trace, plan.target, result.status, plan.metric)
     tracker.log_metrics(arm_id, stats.run_metrics())
+    notes = list(getattr(result, "notes", []))
+    tracker.set_tags(arm_id, {"status": result.status, **({"notes": "; ".join(notes)[:5000]} if notes else {})})
+    for note in notes:
+        log.info("arm %s: %s", name, note)
     if getattr(result, "events", None):  # replicas rerun after a worker died
         tracker.set_tags(arm_id, {"recoveries": len(result.events), "events": str(result.events)[:5000]})
     result.trace.to_csv(csv, index=False)
@@ -126,7 +130,12 @@ def run(cfg: DictConfig, plan: Plan, tracker: Any, tags: Dict[str, str], run_nam
         with progress.data_progress(show, f"data {plan.data.name}") as update:
             dataset = load_dataset(plan.data, resolve_path(cfg.cache_dir, PROJECT_ROOT), PROJECT_ROOT, update)
         console.print(f"data: {plan.data.name} {dataset.shape[0]} x {dataset.shape[1]}, "
-                      f"{dataset.nbytes / 1e6:.1f} MB ({dataset.path})")
+                      f"{dataset.nbytes / 1e6:.1f} MB ({relative(dataset.path)}; {dataset.verified} "
+                      f"checked in {dataset.verify_s:.2f}s)")
+        labels = describe_labels(plan.model["name"], dataset.y)
+        if labels:
+            console.print(f"labels: {labels}")
+            tracker.set_tags(parent_id, {"labels": labels})
         problem = build_problem(plan.model, dataset.X, dataset.y)
         warmup_s = warmup(plan.model, dataset.X, dataset.y, plan.arms)
         console.print(f"warm-up (kernel compilation): {warmup_s:.2f}s, not counted in any arm")
@@ -152,7 +161,7 @@ def run(cfg: DictConfig, plan: Plan, tracker: Any, tags: Dict[str, str], run_nam
                                   f"budget {cfg.device.memory_budget}")
         verdict = report.verdict(stats, plan.main_arm, plan.baselines, plan.target)
         console.print(f"[bold]{verdict}[/bold]")
-        console.print(f"plots: {', '.join(str(p) for p in plots)}")
+        console.print(f"plots: {', '.join(relative(p) for p in plots)}")
 
         speedups = report.speedup_metrics(stats, plan.main_arm)
         tracker.set_tags(parent_id, {"verdict": verdict, "main_arm": plan.main_arm})

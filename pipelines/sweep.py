@@ -18,7 +18,8 @@ from typing import Any, Optional
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from pipelines.tracking import SWEEP_EXPERIMENT_ENV, SWEEP_PARENT_ENV, open_tracker, run_tags, stop_on_sigterm
+from pipelines.tracking import (SWEEP_EXPERIMENT_ENV, SWEEP_PARENT_ENV, TERMINATED, open_tracker, run_tags,
+                                stop_on_sigterm)
 
 
 class MlflowSweepCallback(Callback):
@@ -56,7 +57,7 @@ class MlflowSweepCallback(Callback):
         sys.excepthook = hook
 
     def _end_if_open(self) -> None:
-        self._end("KILLED" if self.interrupted else "FAILED")
+        self._end("KILLED" if self.interrupted or TERMINATED.is_set() else "FAILED")
 
     def _end(self, status: str) -> None:
         if self.run_id is None:

@@ -23,6 +23,15 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional
 import pandas as pd
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+
+def relative(path) -> str:
+    """A path as printed to a user: relative to the project root when under it."""
+    path = Path(path).resolve()
+    try:
+        return str(path.relative_to(PROJECT_ROOT))
+    except ValueError:
+        return str(path)
 # Set by the sweep callback so that every job of a multirun nests under one run.
 SWEEP_PARENT_ENV = "DUHL_SWEEP_PARENT_RUN_ID"
 SWEEP_EXPERIMENT_ENV = "DUHL_SWEEP_EXPERIMENT_ID"
@@ -57,17 +66,69 @@ def run_tags(device: str) -> Dict[str, str]:
     commit = git("rev-parse", "HEAD") or "unknown"
     dirty = "-dirty" if git("status", "--porcelain", "--untracked-files=no") else ""
     return {"git_commit": commit + dirty, "mlflow.source.git.commit": commit,
-            "host": socket.gethostname(), "device": device}
+            "host": socket.gethostname(), "pid": str(os.getpid()), "device": device}
+
+
+TERMINATED = threading.Event()  # set when SIGTERM arrived (the sweep run ends KILLED, not FAILED)
 
 
 def stop_on_sigterm() -> None:
-    """`kill`, CI time-outs and schedulers send SIGTERM, which would end Python
-    without unwinding: turn it into KeyboardInterrupt so runs end KILLED as on Ctrl-C."""
-    def interrupt(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
+    """`kill`, CI time-outs and schedulers send SIGTERM, which would end Python without
+    unwinding: exit by SystemExit(143) (128 + 15, the signal convention) instead, so every
+    open run ends KILLED, as on Ctrl-C."""
+    def terminate(signum: int, frame: Any) -> None:
+        TERMINATED.set()
+        raise SystemExit(128 + signum)
 
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, interrupt)
+        signal.signal(signal.SIGTERM, terminate)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    return True
+
+
+def fail_dead_runs(client: Any) -> int:
+    """Runs of the store still RUNNING though the process that ran them on this host is gone
+    (SIGKILL, a power cut) end FAILED with ``error=process died``. Returns how many."""
+    from mlflow.entities import RunTag, ViewType
+
+    host = socket.gethostname()
+    ids = [e.experiment_id for e in client.search_experiments(view_type=ViewType.ALL)]
+    if not ids:
+        return 0
+    found = client.search_runs(ids, filter_string=f"attributes.status = 'RUNNING' and tags.host = '{host}'",
+                               run_view_type=ViewType.ALL, max_results=1000)
+    dead = [r for r in found if r.data.tags.get("pid", "").isdigit() and not _pid_alive(int(r.data.tags["pid"]))]
+    for run in dead:
+        reason = f"process died: pid {run.data.tags['pid']} on {host} ended while the run was RUNNING"
+        client.log_batch(run.info.run_id, tags=[RunTag("error", reason)])
+        client.set_terminated(run.info.run_id, status="FAILED")
+    return len(dead)
+
+
+def check_server(uri: str, timeout_s: float = 5.0) -> None:
+    """An http(s) tracking URI must answer within seconds (MLflow's own client retries for
+    minutes); a ConnectionError of one line otherwise."""
+    if not uri.startswith(("http://", "https://")):
+        return
+    import requests
+
+    try:
+        requests.get(uri.rstrip("/") + "/health", timeout=timeout_s).raise_for_status()
+    except requests.RequestException as error:
+        reason = type(error).__name__ if not str(error) else str(error).splitlines()[0][:200]
+        raise ConnectionError(f"the MLflow tracking server at {uri} does not answer ({reason}); start it, "
+                              "set tracking.uri to another store, or tracking=none") from None
+    # later calls: fail within a minute, not after MLflow's default retries of several minutes
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
 
 
 class Tracker:
@@ -88,7 +149,9 @@ class Tracker:
         from mlflow.tracking import MlflowClient
 
         self.uri = resolve_tracking_uri(uri)
+        check_server(self.uri)
         self.client = MlflowClient(tracking_uri=self.uri)
+        self.failed_dead_runs = fail_dead_runs(self.client)
         self.experiment_id = experiment_id or self._experiment(experiment_name)
         self.setup_s = time.perf_counter() - start
 

@@ -106,11 +106,12 @@ class DataParts:
         self._futures[name] = future
         return future
 
-    def how(self) -> str:
-        """One line for the log: how the workers get their data."""
+    def how(self, shown: Optional[str] = None) -> str:
+        """One line for the log: how the workers get their data (``shown``: the path as printed)."""
+        path = shown or self.path
         if self.access == "mmap":
-            return f"mmap: each worker memory-maps its part of {self.path} (every worker sees the driver's cache)"
-        return (f"scatter: the workers do not see {self.path}; each part is shipped from the driver once "
+            return f"mmap: each worker memory-maps its part of {path} (every worker sees the driver's cache)"
+        return (f"scatter: the workers do not see {path}; each part is shipped from the driver once "
                 "and reused by every round and arm")
 
     def summary(self, since: Optional[Dict[str, Any]] = None) -> str:

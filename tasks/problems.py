@@ -3,14 +3,16 @@ problem, and the small read-only copy of the data the warm-up compiles on."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
 import numpy as np
 import scipy.sparse as sp
+from sklearn.utils.multiclass import type_of_target
 
 from solvers.distbelief.models import CLASSIFIERS as DISTBELIEF_CLASSIFIERS
 from solvers.glm.models import MODELS
 from solvers.glm.problems import make_problem
+from tasks.data import DataError
 
 
 def is_classifier(model: str) -> bool:
@@ -20,16 +22,30 @@ def is_classifier(model: str) -> bool:
 
 def labels_for(model: str, y) -> np.ndarray:
     """Targets as the model needs them: as they are for regression; +1 / -1 for a
-    classifier (the larger of two classes is +1, as scikit-learn's ``classes_[1]``;
-    a target with more values is split at its median: the synthetic targets are
-    centred, so this is their sign)."""
+    classifier: the larger of two classes is +1 (scikit-learn's ``classes_[1]``); a
+    continuous target is split at its median (the synthetic targets are centred, so
+    this is their sign; :func:`describe_labels` says so); a discrete target of more
+    than two classes is a DataError naming the option that picks one class."""
     y = np.asarray(y, dtype=np.float64)
     if not is_classifier(model):
         return y
     classes = np.unique(y)
     if classes.size <= 2:
         return np.where(y == classes[-1], 1.0, -1.0)
+    if type_of_target(y) != "continuous":
+        shown = ", ".join(f"{c:g}" for c in classes[:10]) + (", ..." if classes.size > 10 else "")
+        raise DataError(f"model '{model}' trains two classes; the target has {classes.size} ({shown}): set "
+                        "data.positive_class=<one of them> to train that class against the rest.")
     return np.where(y > np.median(y), 1.0, -1.0)
+
+
+def describe_labels(model: str, y) -> Optional[str]:
+    """A note when the labels are not the target's own classes (a continuous target split)."""
+    y = np.asarray(y, dtype=np.float64)
+    if is_classifier(model) and np.unique(y).size > 2 and type_of_target(y) == "continuous":
+        return (f"the target is continuous: model '{model}' trains on its sign about the median "
+                f"({np.median(y):.4g}), +1 above")
+    return None
 
 
 def build_problem(model_cfg: Mapping[str, Any], X, y):

@@ -9,7 +9,7 @@ from conftest import all_runs, compose_config, family
 from pipelines.distbelief import plan
 
 ARMS = {"sgd_1", "downpour_fixed", "downpour_adagrad", "sandblaster_lbfgs"}
-TINY = ["experiment=distbelief", "data.n_samples=400", "experiment.max_time=1.5", "model.hidden=4",
+TINY = ["experiment=distbelief", "data.n_samples=400", "experiment.max_time=3", "model.hidden=4",
         "experiment.distbelief.eval_every_s=0.2", "experiment.distbelief.n_eval=200",
         "experiment.distbelief.warmup_steps=5", "cluster.memory_limit=0", "progress=false"]
 

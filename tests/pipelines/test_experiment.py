@@ -162,3 +162,62 @@ def test_every_kind_plans_from_its_preset():
     assert "downpour_adagrad" in plan_experiment(compose_config("experiment=distbelief"))["arms"]
     with pytest.raises(ValueError, match="'kind' parameter of experiment must be one of"):
         plan_experiment(compose_config("experiment.kind=hogwild"))
+
+
+def test_runs_left_running_by_a_dead_process_are_failed_at_the_next_start(experiment):
+    """SIGKILL or a power cut leaves runs RUNNING; the next experiment on this host finds
+    them by their host and pid tags, sees the process is gone, and ends them FAILED."""
+    import socket
+    import subprocess
+    import sys
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()  # a pid that has just ended
+    client = MlflowClient(experiment.uri)
+    eid = client.create_experiment("crashed")
+    orphan = client.create_run(eid, run_name="orphan", tags={"host": socket.gethostname(), "pid": dead}).info.run_id
+    alive = client.create_run(eid, run_name="alive", tags={"host": socket.gethostname(),
+                                                           "pid": str(__import__("os").getpid())}).info.run_id
+    experiment(*TINY, "experiment=single")
+    assert client.get_run(orphan).info.status == "FAILED"
+    assert client.get_run(orphan).data.tags["error"].startswith(f"process died: pid {dead}")
+    assert client.get_run(alive).info.status == "RUNNING"  # this process is alive: left alone
+
+
+def test_an_unreachable_tracking_server_fails_in_seconds_with_one_line(experiment):
+    import socket
+    import time
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    started = time.monotonic()
+    with pytest.raises(SystemExit) as error:
+        experiment(*TINY, f"tracking.uri=http://127.0.0.1:{port}")
+    assert time.monotonic() - started < 30
+    message = str(error.value)
+    assert message.startswith(f"Error: the MLflow tracking server at http://127.0.0.1:{port} does not answer")
+    assert "\n" not in message
+
+
+def test_multiclass_labels_stop_with_the_option_and_a_chosen_class_runs(experiment):
+    with pytest.raises(SystemExit) as error:
+        experiment("data=sklearn", "data.dataset=iris", "model=logistic", "experiment=single", "progress=false")
+    assert "set data.positive_class=<one of them>" in str(error.value) and "\n" not in str(error.value)
+    parent, _ = family(experiment.uri)
+    assert parent.info.status == "FAILED" and "positive_class" in parent.data.tags["error"]
+
+
+def test_a_continuous_target_split_for_a_classifier_is_said_and_tagged(experiment, capsys):
+    experiment(*TINY, "model=svm", "experiment=single")
+    assert "labels: the target is continuous" in capsys.readouterr().out
+    parent, arms = family(experiment.uri)
+    assert "median" in parent.data.tags["labels"]
+    assert arms["gap"].data.tags["status"] == "converged"
+
+
+def test_an_arm_stopped_by_its_limit_says_so(experiment):
+    experiment(*TINY, "experiment=single", "experiment.target_rel_gap=1e-300", "solver.max_epochs=3")
+    _, arms = family(experiment.uri)
+    assert arms["gap"].data.tags["status"] == "max_epochs"
+    assert arms["gap"].data.metrics["reached_target"] == 0

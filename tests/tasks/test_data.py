@@ -7,7 +7,7 @@ import pytest
 import scipy.sparse as sp
 
 from tasks import data
-from tasks.data import (LibsvmData, SklearnData, SyntheticDenseData, SyntheticSparseData, cache_key,
+from tasks.data import (DataError, LibsvmData, SklearnData, SyntheticDenseData, SyntheticSparseData, cache_key,
                         load_dataset)
 
 W8A = Path(__file__).resolve().parents[2].parent / "shared" / "datasets" / "w8a"
@@ -96,16 +96,47 @@ def test_relative_libsvm_path_starts_at_base_dir(tmp_path):
     assert ds.X.shape[0] == 2
 
 
-def test_missing_libsvm_file_names_the_file(tmp_path):
-    with pytest.raises(FileNotFoundError, match="no-such-file.svm"):
+def test_missing_libsvm_file_or_a_directory_names_the_path(tmp_path):
+    with pytest.raises(DataError, match="'path' parameter of data 'libsvm' names no file: .*no-such-file.svm"):
         load_dataset(LibsvmData(path=str(tmp_path / "no-such-file.svm")), tmp_path)
+    with pytest.raises(DataError, match="'path' parameter of data 'libsvm' must be a file. Got a directory"):
+        load_dataset(LibsvmData(path=str(tmp_path)), tmp_path / "cache")
 
 
-def test_malformed_libsvm_line_names_file_and_line(tmp_path):
+@pytest.mark.parametrize("lines,message", [
+    ("1 1:0.5\n-1 2:1.5\n1 3:oops\n", r"line 3: 'oops' is not a number"),
+    ("1 1:0.5\nlabel 2:1\n", r"line 2: 'label' is not a number"),
+    ("1 1:0.5\n1 4:1 2:3\n", r"line 2: feature index 2 comes after 4: indices must increase"),
+    ("1 1:0.5 1:2\n", r"line 1: feature index 1 repeats 1"),
+    ("1 1:0.5\n-1 -3:2\n", r"line 2: feature index -3 is negative"),
+    ("1 1:0.5\n1 2:nan\n", r"line 2: the value of feature 2 is 'nan', not a finite number"),
+    ("1 1:0.5\n1 2\n", r"line 2: '2' is not index:value"),
+    ("", r"holds no sample"),
+    ("# only a comment\n\n", r"holds no sample"),
+])
+def test_malformed_libsvm_file_names_the_file_the_line_and_the_problem(tmp_path, lines, message):
     path = tmp_path / "broken.svm"
-    path.write_text("1 1:0.5\n-1 2:1.5\n1 3:oops\n")
-    with pytest.raises(ValueError, match=r"broken\.svm, line 3: '1 3:oops'"):
+    path.write_text(lines)
+    with pytest.raises(DataError, match="broken\\.svm.*" + message) as error:
         load_dataset(LibsvmData(path=str(path)), tmp_path / "cache")
+    assert "\n" not in str(error.value)
+    assert not any((tmp_path / "cache").iterdir())  # nothing cached
+
+
+def test_libsvm_n_features_is_a_lower_bound(tmp_path):
+    path = tmp_path / "wide.svm"
+    path.write_text("1 1:0.5 6:2\n-1 2:1.5\n")
+    assert load_dataset(LibsvmData(path=str(path), n_features=3), tmp_path / "a").X.shape == (2, 6)
+    assert load_dataset(LibsvmData(path=str(path), n_features=10), tmp_path / "b").X.shape == (2, 10)
+    assert load_dataset(LibsvmData(path=str(path)), tmp_path / "c").X.shape == (2, 6)
+
+
+def test_positive_class_makes_one_class_against_the_rest(tmp_path):
+    ds = load_dataset(SklearnData(dataset="iris", positive_class=2), tmp_path)
+    assert set(np.unique(ds.y)) == {-1.0, 1.0} and int((ds.y == 1).sum()) == 50
+    with pytest.raises(DataError, match=r"'positive_class' parameter of data 'sklearn' must be one of the "
+                                        r"target's classes \[0.0, 1.0, 2.0\]. Got 7"):
+        load_dataset(SklearnData(dataset="iris", positive_class=7), tmp_path)
 
 
 @pytest.mark.skipif(not W8A.exists(), reason=f"{W8A} is absent")

@@ -25,3 +25,23 @@ def test_warmup_miniature_keeps_dtype_layout_and_read_only_flags():
     small, small_y = read_only_miniature("svm", X, y)
     assert small.dtype == np.float32 and np.isfortran(small) and not small.flags.writeable
     assert set(np.unique(small_y)) == {-1.0, 1.0} and not small_y.flags.writeable
+
+
+def test_a_discrete_multiclass_target_stops_with_the_option_to_choose_a_class():
+    import pytest
+
+    from tasks.data import DataError
+
+    with pytest.raises(DataError, match=r"model 'logistic' trains two classes; the target has 3 \(0, 1, 2\): "
+                                        r"set data.positive_class=<one of them>"):
+        labels_for("logistic", np.array([0, 1, 2, 1, 0]))
+    np.testing.assert_array_equal(labels_for("ridge", np.array([0, 1, 2])), [0, 1, 2])  # regression: as is
+
+
+def test_a_continuous_target_is_split_and_said_so():
+    from tasks.problems import describe_labels
+
+    y = np.array([-2.0, -1.0, 0.5, 3.0])
+    assert "continuous" in describe_labels("svm", y) and "median" in describe_labels("svm", y)
+    assert describe_labels("svm", np.array([0.0, 1.0, 1.0])) is None
+    assert describe_labels("lasso", y) is None

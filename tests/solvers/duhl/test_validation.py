@@ -180,3 +180,47 @@ def test_nothing_reaches_a_kernel_unchecked():
                                ref, rtol=1e-6, atol=1e-9)
     np.testing.assert_allclose(Lasso(alpha=0.1, tol=1e-10, random_state=0).fit(Xr, y).coef_, ref,
                                rtol=1e-6, atol=1e-9)
+
+
+def test_wrong_types_get_the_tables_message_not_a_type_error():
+    X, y = _data(Lasso)
+    with pytest.raises(ValueError, match=r"The 'l1_ratio' parameter of ElasticNet must be a float in \[0, 1\]. "
+                                         r"Got 'a' instead."):
+        ElasticNet(l1_ratio="a").fit(X, y)
+    with pytest.raises(ValueError, match=r"The 'random_state' parameter of Lasso must be None, an int >= 0 or a "
+                                         r"numpy.random.Generator. Got 'x' instead."):
+        Lasso(random_state="x").fit(X, y)
+
+
+def test_numpy_scalars_are_accepted_as_python_numbers():
+    """GridSearchCV over np.arange / np.logspace grids passes NumPy scalars."""
+    from sklearn.model_selection import GridSearchCV
+
+    X, y = _data(Lasso)
+    search = GridSearchCV(Lasso(), {"alpha": np.logspace(-3, -1, 3), "max_iter": np.arange(50, 151, 100)}, cv=3)
+    search.fit(X, y)
+    assert isinstance(search.best_params_["max_iter"], np.integer)
+
+
+def test_an_unconverged_fit_warns_and_counts_at_most_max_iter():
+    from sklearn.exceptions import ConvergenceWarning
+
+    X, y = _data(Lasso, n=60, d=5)
+    with pytest.warns(ConvergenceWarning, match=r"Lasso did not converge: relative duality gap .* is above "
+                                                 r"tol=1e-12 after max_iter=2 epochs"):
+        est = Lasso(alpha=1e-4, max_iter=2, tol=1e-12).fit(X, y)
+    assert est.n_iter_ <= 2
+    Xs = X.copy()
+    Xs[:, 0] *= 1e150  # a badly scaled column: no convergence in 1000 epochs, and it says so
+    with pytest.warns(ConvergenceWarning, match="did not converge"):
+        Lasso(alpha=1e-4, tol=1e-12).fit(Xs, y)
+
+
+def test_a_budget_larger_than_a_fold_works_in_cross_validation():
+    from sklearn.model_selection import cross_val_score
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((1250, 100))
+    y = X @ rng.standard_normal(100) + 0.1 * rng.standard_normal(1250)
+    scores = cross_val_score(Lasso(alpha=0.1, memory_budget="900KB"), X, y, cv=5)  # folds are 0.8 MB
+    assert np.all(scores > 0.5)

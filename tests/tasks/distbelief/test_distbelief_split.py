@@ -1,10 +1,9 @@
 """The DistBelief train/test split: seeded, shuffled, a partition of the rows."""
 
-import json
-
 import numpy as np
 
 from tasks.data import read_cached
+from tasks.data.cache import seal
 from tasks.distbelief.common import data_spec, eval_rows, load_rows
 
 
@@ -14,7 +13,7 @@ def sorted_by_label(tmp_path, n=500):
     folder.mkdir()
     np.save(folder / "X.npy", np.arange(n, dtype=float)[:, None] * np.ones((1, 3)))
     np.save(folder / "y.npy", np.where(np.arange(n) < int(0.8 * n), 1.0, -1.0) * -1)  # last 20%: +1
-    (folder / "meta.json").write_text(json.dumps({"config": {}}))
+    seal(folder, {})
     return read_cached(folder)
 
 

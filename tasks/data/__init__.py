@@ -1,0 +1,16 @@
+"""Datasets from their config, cached on disk, checked and memory-mapped when read.
+
+- ``configs``: one dataclass per kind of dataset (the Hydra schemas of conf/data/)
+- ``makers``: synthetic dense / sparse, scikit-learn's shipped sets, the sphere
+- ``libsvm``: LIBSVM files, with errors that name the file and the line
+- ``cache``: the cache (keys, checksums, rebuilding a damaged entry)
+"""
+
+from tasks.data.cache import MAKERS, cache_key, checksum, load_dataset, read_cached
+from tasks.data.configs import (DATA_CONFIGS, Dataset, LibsvmData, SklearnData, SphereData, SyntheticDenseData,
+                                SyntheticSparseData, resolve_path, validate_data_config)
+from tasks.data.errors import DataError
+
+__all__ = ["MAKERS", "cache_key", "checksum", "load_dataset", "read_cached", "DATA_CONFIGS", "Dataset",
+           "LibsvmData", "SklearnData", "SphereData", "SyntheticDenseData", "SyntheticSparseData", "resolve_path",
+           "validate_data_config", "DataError"]

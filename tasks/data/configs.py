@@ -1,0 +1,137 @@
+"""Dataset configs: one dataclass per kind, with its ranges (they double as the Hydra
+schemas of conf/data/*.yaml), and their validation."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+import scipy.sparse as sp
+
+from solvers.glm.checks import Either, Integer, Options, Real, check_fields, ruled
+
+SHIPPED_SKLEARN_SETS = ("diabetes", "breast_cancer", "iris", "wine", "digits")
+CORRELATION_KINDS = ("equicorrelated", "ar1")
+DTYPES = ("float32", "float64")
+# A class of a discrete multiclass target, trained against the rest by the classifiers
+POSITIVE_CLASS = Either(None, Real())
+
+
+@dataclass
+class SyntheticDenseData:
+    """Dense Gaussian design with a sparse true coefficient vector.
+
+    y = X @ coef + noise * std(X @ coef) * eps. ``correlation`` is rho: every
+    pair of features has correlation rho (equicorrelated) or features j, k have
+    rho**|j-k| (ar1). Classification models use sign(y) as labels.
+    """
+
+    name: str = "synthetic_dense"
+    n_samples: int = ruled(5000, Integer(1))
+    n_features: int = ruled(4000, Integer(1))
+    n_informative: int = ruled(40, Integer(1))
+    correlation: float = ruled(0.5, Real(0, 1, "left"))
+    correlation_kind: str = ruled("equicorrelated", Options(CORRELATION_KINDS))
+    noise: float = ruled(0.1, Real(0))
+    dtype: str = ruled("float64", Options(DTYPES))
+    seed: int = ruled(0, Integer(0))
+
+
+@dataclass
+class SyntheticSparseData:
+    """Sparse design (each entry non-zero with probability ``density``)."""
+
+    name: str = "synthetic_sparse"
+    n_samples: int = ruled(20000, Integer(1))
+    n_features: int = ruled(2000, Integer(1))
+    density: float = ruled(0.01, Real(0, 1, "right"))
+    n_informative: int = ruled(40, Integer(1))
+    noise: float = ruled(0.1, Real(0))
+    dtype: str = ruled("float64", Options(DTYPES))
+    seed: int = ruled(0, Integer(0))
+
+
+@dataclass
+class LibsvmData:
+    """A LIBSVM / svmlight text file (relative paths start at the project root)."""
+
+    name: str = "libsvm"
+    path: str = "../shared/datasets/w8a"
+    # at least this many features (the file's own count when larger); None: the file's
+    n_features: Optional[int] = ruled(None, Either(None, Integer(1)))
+    max_samples: Optional[int] = ruled(None, Either(None, Integer(1)))  # the first rows only (quick looks, tests)
+    dtype: str = ruled("float64", Options(DTYPES))
+    positive_class: Optional[float] = ruled(None, POSITIVE_CLASS)  # multiclass files: this class vs the rest
+
+
+@dataclass
+class SklearnData:
+    """One of scikit-learn's shipped datasets (no download)."""
+
+    name: str = "sklearn"
+    dataset: str = ruled("diabetes", Options(SHIPPED_SKLEARN_SETS))
+    standardize: bool = True
+    positive_class: Optional[float] = ruled(None, POSITIVE_CLASS)  # iris, wine, digits: this class vs the rest
+
+
+@dataclass
+class SphereData:
+    """A set that needs a nonlinearity (DistBelief's MLP): Gaussian features, y = +1
+    inside a sphere of the first ``n_informative`` features, -1 outside (radius at
+    the median: balanced). No linear model does much better than chance."""
+
+    name: str = "sphere"
+    n_samples: int = ruled(20000, Integer(1))
+    n_features: int = ruled(20, Integer(1))
+    n_informative: int = ruled(4, Integer(1))
+    seed: int = ruled(0, Integer(0))
+
+
+DATA_CONFIGS = {c.name: c for c in (SyntheticDenseData, SyntheticSparseData, LibsvmData, SklearnData, SphereData)}
+
+
+@dataclass
+class Dataset:
+    X: Any  # np.ndarray / np.memmap (n_samples, n_features), or scipy.sparse CSR
+    y: np.ndarray
+    coef: Optional[np.ndarray]
+    path: Path  # the cache folder
+    verified: str = ""  # how the cache entry was checked when read ("size and shape", "checksum")
+    verify_s: float = 0.0  # seconds the check took
+
+    @property
+    def shape(self) -> tuple:
+        return self.X.shape
+
+    @property
+    def nbytes(self) -> int:
+        if sp.issparse(self.X):
+            return self.X.data.nbytes + self.X.indices.nbytes + self.X.indptr.nbytes
+        return self.X.nbytes
+
+
+def validate_data_config(cfg: Any) -> Any:
+    """Return the config as its dataclass, or raise a one-line ValueError."""
+    cfg = dict(cfg) if not dataclasses.is_dataclass(cfg) else dataclasses.asdict(cfg)
+    kind = cfg.get("name")
+    if kind not in DATA_CONFIGS:
+        raise ValueError(f"Unknown data '{kind}'. Choose one of {sorted(DATA_CONFIGS)}.")
+    fields = {f.name for f in dataclasses.fields(DATA_CONFIGS[kind])}
+    unknown = sorted(set(cfg) - fields)
+    if unknown:
+        raise ValueError(f"Unknown key(s) {unknown} for data '{kind}'. Known: {sorted(fields)}.")
+    c = check_fields(f"data '{kind}'", DATA_CONFIGS[kind](**cfg))
+    if hasattr(c, "n_informative") and c.n_informative > c.n_features:
+        raise ValueError(f"The 'n_informative' parameter of data '{kind}' must be an int <= n_features "
+                         f"({c.n_features}). Got {c.n_informative} instead.")
+    return c
+
+
+def resolve_path(path: str, base_dir: Path) -> Path:
+    """A config's path: absolute, or relative to ``base_dir`` (the project root)."""
+    p = Path(os.path.expanduser(path))
+    return p if p.is_absolute() else (base_dir / p).resolve()

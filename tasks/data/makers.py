@@ -1,0 +1,133 @@
+"""Dataset makers: each writes a dataset of its config into a folder (``X.npy`` dense,
+Fortran order: feature columns contiguous, or ``X_data/X_indices/X_indptr.npy`` CSR with
+``shape.json``; ``y.npy``; ``coef.npy`` for synthetic sets), reporting progress, and
+says up front how many bytes it will write (so a dataset larger than the free disk
+is refused before anything is written)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import scipy.sparse as sp
+
+from tasks.data.configs import SklearnData, SphereData, SyntheticDenseData, SyntheticSparseData
+from tasks.data.errors import DataError
+
+# Progress hook: called with (done, total) while a dataset is being made.
+ProgressFn = Callable[[int, int], None]
+_BLOCK = 256  # columns generated per step: fixed, so the output never depends on it
+
+
+def save_sparse(X: sp.spmatrix, folder: Path) -> None:
+    X = sp.csr_matrix(X)
+    X.sum_duplicates()
+    np.save(folder / "X_data.npy", X.data)
+    np.save(folder / "X_indices.npy", X.indices)
+    np.save(folder / "X_indptr.npy", X.indptr)
+    (folder / "shape.json").write_text(json.dumps(list(X.shape)))
+
+
+def binary_target(y: np.ndarray, positive_class, owner: str) -> np.ndarray:
+    """y as it is, or +1 for ``positive_class`` and -1 for the rest (a class it must have)."""
+    if positive_class is None:
+        return y
+    classes = np.unique(y)
+    if positive_class not in classes:
+        raise DataError(f"The 'positive_class' parameter of data '{owner}' must be one of the target's "
+                        f"classes {classes[:20].tolist()}. Got {positive_class!r} instead.")
+    return np.where(y == positive_class, 1.0, -1.0)
+
+
+def _true_coef(rng: np.random.Generator, n_features: int, n_informative: int) -> np.ndarray:
+    coef = np.zeros(n_features)
+    support = rng.choice(n_features, size=n_informative, replace=False)
+    coef[support] = rng.standard_normal(n_informative)
+    return coef
+
+
+def _targets(signal: np.ndarray, noise: float, rng: np.random.Generator) -> np.ndarray:
+    scale = noise * (signal.std() or 1.0)
+    return signal + scale * rng.standard_normal(signal.shape[0])
+
+
+def make_synthetic_dense(c: SyntheticDenseData, out: Path, base_dir: Path, progress: ProgressFn) -> None:
+    rng = np.random.default_rng(c.seed)
+    n, p, rho = c.n_samples, c.n_features, c.correlation
+    # Written column block by column block straight into the .npy file: a
+    # dataset bigger than RAM can still be made.
+    X = np.lib.format.open_memmap(out / "X.npy", mode="w+", dtype=c.dtype, shape=(n, p), fortran_order=True)
+    common = rng.standard_normal(n)  # the shared factor of equicorrelated features
+    previous = None  # last column of the previous block (ar1)
+    for start in range(0, p, _BLOCK):
+        stop = min(start + _BLOCK, p)
+        block = rng.standard_normal((n, stop - start))
+        if c.correlation_kind == "equicorrelated":
+            block = np.sqrt(1 - rho) * block + np.sqrt(rho) * common[:, None]
+        else:  # ar1: x_j = rho x_{j-1} + sqrt(1 - rho^2) z_j keeps unit variance
+            for j in range(block.shape[1]):
+                if previous is not None:
+                    block[:, j] = rho * previous + np.sqrt(1 - rho**2) * block[:, j]
+                previous = block[:, j]
+        X[:, start:stop] = block
+        progress(stop, p)
+    coef = _true_coef(rng, p, c.n_informative)
+    support = np.flatnonzero(coef)
+    y = _targets(X[:, support] @ coef[support], c.noise, rng)
+    X.flush()
+    del X
+    np.save(out / "y.npy", y)
+    np.save(out / "coef.npy", coef)
+
+
+def make_synthetic_sparse(c: SyntheticSparseData, out: Path, base_dir: Path, progress: ProgressFn) -> None:
+    rng = np.random.default_rng(c.seed)
+    X = sp.random(c.n_samples, c.n_features, density=c.density, format="csr", dtype=c.dtype,
+                  random_state=rng, data_rvs=rng.standard_normal)
+    progress(1, 2)
+    coef = _true_coef(rng, c.n_features, c.n_informative)
+    y = _targets(X @ coef, c.noise, rng)
+    save_sparse(X, out)
+    np.save(out / "y.npy", y)
+    np.save(out / "coef.npy", coef)
+    progress(2, 2)
+
+
+def make_sklearn(c: SklearnData, out: Path, base_dir: Path, progress: ProgressFn) -> None:
+    import sklearn.datasets
+    from sklearn.preprocessing import StandardScaler
+
+    X, y = getattr(sklearn.datasets, f"load_{c.dataset}")(return_X_y=True)
+    if c.standardize:
+        X = StandardScaler().fit_transform(X)
+    np.save(out / "X.npy", np.asfortranarray(X, dtype=np.float64))
+    np.save(out / "y.npy", binary_target(np.asarray(y, dtype=np.float64), c.positive_class, c.name))
+    progress(1, 1)
+
+
+def make_sphere(c: SphereData, out: Path, base_dir: Path, progress: ProgressFn) -> None:
+    rng = np.random.default_rng(c.seed)
+    X = rng.standard_normal((c.n_samples, c.n_features))
+    r2 = np.sum(X[:, :c.n_informative] ** 2, axis=1)
+    np.save(out / "X.npy", X)  # C order: DistBelief reads rows
+    np.save(out / "y.npy", np.where(r2 <= np.median(r2), 1.0, -1.0))
+    progress(1, 1)
+
+
+def planned_bytes(c, base_dir: Path) -> int:
+    """About how many bytes making the dataset writes (checked against the free disk)."""
+    itemsize = np.dtype(getattr(c, "dtype", "float64")).itemsize
+    if c.name == "synthetic_dense":
+        return c.n_samples * c.n_features * itemsize + 16 * (c.n_samples + c.n_features)
+    if c.name == "synthetic_sparse":
+        nnz = c.density * c.n_samples * c.n_features
+        return int(nnz * (itemsize + 4) + 8 * c.n_samples + 16 * c.n_features)
+    if c.name == "sphere":
+        return 8 * c.n_samples * (c.n_features + 1)
+    if c.name == "libsvm":  # text: about one entry per 10 bytes, stored in 12
+        from tasks.data.configs import resolve_path
+
+        return 2 * resolve_path(c.path, base_dir).stat().st_size
+    return 0  # scikit-learn's shipped sets: kilobytes
