@@ -13,7 +13,7 @@ PORT   ?= 5000
 MLFLOW_DB ?= mlflow.db
 
 .DEFAULT_GOAL := help
-.PHONY: help install install-gpu experiment sweep ui test test-gpu bench bench-solvers bench-gpu
+.PHONY: help install install-gpu experiment sweep ui test test-multihost test-gpu bench bench-solvers bench-gpu bench-data
 
 help:  ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
@@ -39,8 +39,11 @@ ui: $(STAMP)  ## the MLflow UI on http://127.0.0.1:$(PORT) over ./mlflow.db (POR
 	  --backend-store-uri sqlite:///$(MLFLOW_DB) --host 127.0.0.1 --port $(PORT) --workers 1
 
 JOBS  ?= 2
-test: $(STAMP)  ## the tests without the gpu and slow markers, a module per process (JOBS=2)
-	$(PY) -m pytest -m "not gpu and not slow" -n $(JOBS) --dist loadfile $(ARGS)
+test: $(STAMP)  ## the tests without the gpu, slow and multihost markers, a module per process (JOBS=2)
+	$(PY) -m pytest -m "not gpu and not slow and not multihost" -n $(JOBS) --dist loadfile $(ARGS)
+
+test-multihost: $(STAMP)  ## scheduler and workers on separate hosts (network namespaces; as root; ~3.5 min)
+	$(PY) -m pytest -m multihost -rs tests/multihost $(ARGS)
 
 bench: $(STAMP)  ## ours vs peers: time to rel_gap 1e-4/1e-6 (QUICK=1: ~3 min; pip install -e .[peers] first)
 	nice -n 5 $(PY) -m pipelines.bench.peers $(if $(QUICK),--quick) $(ARGS)
@@ -53,6 +56,9 @@ test-gpu: install-gpu  ## the tests that need a CUDA GPU (marker gpu)
 
 bench-solvers: $(STAMP)  ## our epoch vs scikit-learn's; DuHL vs streaming (QUICK=1: small)
 	$(PY) -m pipelines.bench.solvers $(if $(QUICK),--quick) $(ARGS)
+
+bench-data: $(STAMP)  ## start-up of shipping the data to the workers vs memory-mapping it (presets)
+	$(PY) -m pipelines.bench.data $(ARGS)
 
 bench-gpu: install-gpu  ## GPU epochs vs the HBM floor, swap GB/s, DuHL vs sequential (needs a GPU)
 	$(PY) -m pipelines.bench.gpu $(if $(QUICK),--quick) $(ARGS)

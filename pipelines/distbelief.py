@@ -25,9 +25,10 @@ from rich.table import Table
 
 from pipelines import report
 from pipelines.config import check_config
+from pipelines.deploy import arm_on, cluster_and_data
 from pipelines.tracking import PROJECT_ROOT, SWEEP_PARENT_ENV, flatten
 from solvers.distbelief.models import make_model
-from tasks.cluster import connect, validate_cluster_config
+from tasks.cluster import validate_cluster_config
 from tasks.data import cache_key, load_dataset, resolve_path, validate_data_config
 from tasks.distbelief.common import build_model, data_spec
 from tasks.distbelief.downpour import run_downpour
@@ -37,7 +38,7 @@ from tasks.problems import describe_labels
 RUNNERS = {"downpour": run_downpour, "sandblaster": run_sandblaster}
 # Set by the pipeline, not by an arm.
 RESERVED = {"client", "spec", "model_cfg", "callback", "on_start", "on_round", "target_loss", "target_accuracy",
-            "snapshot_dir"}
+            "snapshot_dir", "parts"}
 MODELS = ("logistic", "svm", "mlp", "ridge")
 
 
@@ -141,15 +142,17 @@ def run(cfg: DictConfig, p: Dict[str, Any], tracker: Any, tags: Dict[str, str], 
         console.print(f"data: {p['data'].name} {spec.n_rows} x {spec.n_features} (train {spec.n_train}, "
                       f"shuffled split seed {spec.shuffle_seed}), model {p['model']} ({n_params} parameters)")
         (output_dir / "traces").mkdir(parents=True, exist_ok=True)
-        with connect(cfg.cluster) as client:
+        with cluster_and_data(cfg.cluster, dataset.path, console, output_dir) as (client, parts):
+            tracker.set_tags(parent_id, {"data_access": parts.access})
             for name, settings in p["arms"].items():
                 kwargs = dict(settings)
                 algo = kwargs.pop("algo")
-                if algo == "downpour":
+                if algo == "downpour" and parts.access == "mmap":  # shard snapshots need a shared filesystem
                     kwargs["snapshot_dir"] = str(output_dir / "snapshots" / name)
-                with tracker.run(name, parent_id, {**tags["arm"], "arm": name, "algo": algo}) as arm_id:
+                with tracker.run(name, parent_id, {**tags["arm"], "arm": name, "algo": algo}) as arm_id, \
+                        arm_on(client, parts, tracker, arm_id):
                     tracker.log_params(arm_id, {"arm": name, "algo": algo, **kwargs})
-                    result = RUNNERS[algo](client, spec, p["model"], **kwargs,
+                    result = RUNNERS[algo](client, spec, p["model"], **kwargs, parts=parts,
                                            target_loss=target_loss if stop_at else None,
                                            target_accuracy=target_accuracy if stop_at else None,
                                            callback=lambda row, arm_id=arm_id: tracker.log_round(arm_id, row))

@@ -32,8 +32,8 @@ from pipelines import distbelief, glm
 from pipelines.config import register_configs
 from pipelines.tracking import open_tracker, run_tags, stop_on_sigterm
 from tasks.arms import NoCudaDevice, check_device
+from tasks.cluster import ClusterLost
 from tasks.data import DataError
-from tasks.distributed_glm.replicas import ClusterLost
 
 register_configs()
 KINDS = {"glm": glm, "distbelief": distbelief}

@@ -20,10 +20,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from pipelines import progress, report
 from pipelines.config import SolverConfig, check_config, solver_schema
+from pipelines.deploy import arm_on, cluster_and_data
 from pipelines.tracking import PROJECT_ROOT, SWEEP_PARENT_ENV, RoundSampler, flatten, relative
 from solvers.glm.models import get_model
 from tasks.arms import make_solver, progress_metric, run_arm, warmup
-from tasks.cluster import connect, validate_cluster_config
+from tasks.cluster import validate_cluster_config
 from tasks.data import cache_key, load_dataset, resolve_path, validate_data_config
 from tasks.distributed_glm.arms import Placement
 from tasks.distributed_glm.arms import check_model as check_arm_model
@@ -141,11 +142,15 @@ def run(cfg: DictConfig, plan: Plan, tracker: Any, tags: Dict[str, str], run_nam
 
         traces, stats = {}, {}
         (output_dir / "traces").mkdir(parents=True, exist_ok=True)
-        with connect(cfg.cluster) as client:  # None: cluster=none, everything in this process
+        # client None: cluster=none, everything in this process
+        with cluster_and_data(cfg.cluster, dataset.path, console, output_dir) as (client, parts):
+            if parts is not None:
+                tracker.set_tags(parent_id, {"data_access": parts.access})
             placement = Placement(client, dataset.path, dataset.X, dataset.y, plan.model,
-                                  float(getattr(validate_cluster_config(cfg.cluster), "timeout_s", 60.0)))
+                                  float(getattr(validate_cluster_config(cfg.cluster), "timeout_s", 60.0)), parts=parts)
             for name, settings in plan.arms.items():
-                with tracker.run(name, parent_id, {**tags["arm"], "arm": name}) as arm_id:
+                with tracker.run(name, parent_id, {**tags["arm"], "arm": name}) as arm_id, \
+                        arm_on(client, parts, tracker, arm_id):
                     traces[name], stats[name] = run_tracked_arm(cfg, plan, tracker, arm_id, name, settings, problem,
                                                                 output_dir / "traces" / f"{name}.csv", show,
                                                                 placement)

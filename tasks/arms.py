@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import inspect
 import time
-from pathlib import Path
+from concurrent.futures import CancelledError
 from typing import Any, Callable, Mapping, Optional
 
 from solvers.duhl.devices import NoCudaDevice, check_device  # noqa: F401 (re-exported for pipelines)
 from solvers.duhl.solver import DuHL
 from solvers.duhl.warmup import compile_kernels
-from tasks.data import read_cached
 from tasks.distributed_glm.arms import ARMS as DISTRIBUTED_ARMS
+from tasks.parts import materialize, whole
 from tasks.peers import PEER_SOLVERS
 from tasks.problems import build_problem, read_only_miniature
 
@@ -83,15 +83,22 @@ def run_arm(problem, settings: Mapping[str, Any], callback: Optional[Callable[[d
     """Solve ``problem`` with the arm's solver; returns the solver's result. ``placement``
     (tasks.distributed_glm.arms.Placement): where the arm runs and the data it reads.
     With a cluster, replicated solvers spread over its workers, and any other arm runs
-    whole on one worker, next to the data (a Dask-CUDA worker: its GPU); its trace rows
-    reach ``callback`` when it ends."""
+    whole on one worker (a Dask-CUDA worker: its GPU), which memory-maps the dataset or
+    gets it shipped (``placement.parts``); its trace rows reach ``callback`` when it ends."""
     solver = make_solver(settings, callback=callback)
     if getattr(solver, "distributed", False):
         return solver.solve(problem, placement=placement)
     if placement is not None and placement.client is not None:
-        future = placement.client.submit(solve_on_worker, str(placement.path), dict(placement.model),
-                                         dict(settings), pure=False)
-        result = future.result()
+        for attempt in range(3):  # shipped data lost with its worker (cancelled): ship it again
+            data = placement.parts.ref(whole, placement.parts.path)  # shipped: to a worker the task then runs on
+            future = placement.client.submit(solve_on_worker, data, dict(placement.model), dict(settings),
+                                             pure=False)
+            try:
+                result = future.result()
+                break
+            except CancelledError:
+                if attempt == 2 or placement.client.status != "running":
+                    raise
         if callback is not None:
             for row in result.trace.to_dict("records"):
                 callback(row)
@@ -99,9 +106,9 @@ def run_arm(problem, settings: Mapping[str, Any], callback: Optional[Callable[[d
     return solver.solve(problem)
 
 
-def solve_on_worker(path: str, model_cfg: Mapping[str, Any], settings: Mapping[str, Any]):
-    """On a worker: one arm on the dataset memory-mapped from the cache at ``path``,
-    compiled there first (untimed), as the driver does."""
-    ds = read_cached(Path(path))
-    warmup(model_cfg, ds.X, ds.y, {"arm": settings})
-    return make_solver(settings).solve(build_problem(model_cfg, ds.X, ds.y))
+def solve_on_worker(data, model_cfg: Mapping[str, Any], settings: Mapping[str, Any]):
+    """On a worker: one arm on the whole dataset (a tasks.parts ref: memory-mapped or
+    shipped), compiled there first (untimed), as the driver does."""
+    X, y = materialize(data)
+    warmup(model_cfg, X, y, {"arm": settings})
+    return make_solver(settings).solve(build_problem(model_cfg, X, y))

@@ -20,21 +20,35 @@ beyond it) and an RMM pool of ``rmm_pool_size`` per GPU (``pip install -e .[gpu]
 The config dataclasses double as the Hydra schemas of conf/cluster/*.yaml
 (registered by pipelines/config.py): a YAML key is a constructor argument.
 Every wait on the cluster is bounded by ``timeout_s``.
+
+A LocalCluster's scheduler, workers and HTTP server (dashboard) listen on
+``host`` (127.0.0.1 unless the config names another). ``remote`` joins a
+scheduler over ``tls://`` with the ``tls_*`` files (Dask's ``Security``).
+``data_access`` says how workers get their data (tasks.parts: ``mmap`` the
+driver's cache, ``scatter`` it from the driver, or ``auto``: ask the workers).
+A scheduler lost mid-run surfaces as ``ClusterLost`` (one line).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
+import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Mapping, Optional
 
-from solvers.glm.checks import Integer, Real, Rule, check_fields, ruled
+from solvers.glm.checks import Either, Integer, Options, Real, Rule, check_fields, ruled
 
 CLUSTERS = ("none", "local", "local_cuda", "remote", "slurm")
-
+DATA_ACCESS = Options(("auto", "mmap", "scatter"))  # tasks.parts
+LOCALHOST = "127.0.0.1"
 
 TIMEOUT = Real(0, None, "neither")
+
+
+class ClusterLost(RuntimeError):
+    """The dask scheduler can no longer be reached."""
 
 
 class SchedulerAddress(Rule):
@@ -42,6 +56,23 @@ class SchedulerAddress(Rule):
 
     def ok(self, value):
         return isinstance(value, str) and value not in ("", "???")
+
+
+class Host(Rule):
+    text = "a host name or IP address to listen on, like '127.0.0.1'"
+
+    def ok(self, value):
+        return isinstance(value, str) and value != "" and "/" not in value
+
+
+class FilePath(Rule):
+    text = "the path of an existing file"
+
+    def ok(self, value):
+        return isinstance(value, str) and os.path.isfile(os.path.expanduser(value))
+
+
+OPTIONAL_FILE = Either(None, FilePath())
 
 
 @dataclass
@@ -56,7 +87,9 @@ class LocalClusterConfig(ClusterConfig):
     threads_per_worker: int = ruled(1, Integer(1))
     memory_limit: Any = "auto"  # bytes, a size like "2GB", "auto" or 0 (no limit), per worker
     processes: bool = True
-    dashboard_address: Optional[str] = None  # e.g. ":8787"; None: no dashboard
+    host: str = ruled(LOCALHOST, Host())  # scheduler, workers and HTTP server listen here only
+    dashboard_address: Optional[str] = None  # e.g. ":8787" (on host); None: no dashboard
+    data_access: str = ruled("auto", DATA_ACCESS)
     timeout_s: float = ruled(60.0, TIMEOUT)  # start-up and every wait on the cluster
 
 
@@ -69,14 +102,22 @@ class LocalCudaClusterConfig(ClusterConfig):
     device_memory_limit: Any = 0.8  # fraction of each GPU, or a size like "30GB"; spill beyond
     rmm_pool_size: Optional[str] = None  # e.g. "20GB": a memory pool per GPU
     threads_per_worker: int = ruled(1, Integer(1))
+    host: str = ruled(LOCALHOST, Host())
     dashboard_address: Optional[str] = None
+    data_access: str = ruled("auto", DATA_ACCESS)
     timeout_s: float = ruled(120.0, TIMEOUT)
 
 
 @dataclass
 class RemoteClusterConfig(ClusterConfig):
     name: str = "remote"
-    address: str = ruled("???", SchedulerAddress())  # tcp://host:8786 of a running dask scheduler
+    address: str = ruled("???", SchedulerAddress())  # tcp://host:8786 (tls://...) of a running dask scheduler
+    # TLS (distributed.security.Security, encryption required): the CA that signed the
+    # cluster's certificates, and this client's certificate and key (PEM files)
+    tls_ca_file: Optional[str] = ruled(None, OPTIONAL_FILE)
+    tls_client_cert: Optional[str] = ruled(None, OPTIONAL_FILE)
+    tls_client_key: Optional[str] = ruled(None, OPTIONAL_FILE)
+    data_access: str = ruled("auto", DATA_ACCESS)
     timeout_s: float = ruled(60.0, TIMEOUT)
 
 
@@ -95,7 +136,10 @@ class SlurmClusterConfig(ClusterConfig):
     job_script_prologue: List[str] = field(default_factory=list)  # e.g. module load, venv activate
     local_directory: Optional[str] = None
     interface: Optional[str] = None
+    python: Optional[str] = None  # the workers' python on the compute nodes (None: this one's path)
+    dashboard_address: str = LOCALHOST + ":0"  # the scheduler's HTTP server, on the login node
     n_jobs: int = ruled(2, Integer(1))
+    data_access: str = ruled("auto", DATA_ACCESS)
     timeout_s: float = ruled(600.0, TIMEOUT)  # batch queues can be slow to start jobs
 
 
@@ -129,16 +173,51 @@ def validate_cluster_config(cluster_cfg: Any):
     unknown = sorted(set(cfg) - known)
     if unknown:
         raise ValueError(f"Cluster '{name}' has unknown key(s) {unknown}. Known: {sorted(known)}.")
-    return check_fields(f"cluster '{name}'", schema(**cfg))
+    c = check_fields(f"cluster '{name}'", schema(**cfg))
+    if name == "remote":
+        _check_tls(c)
+    return c
 
 
-def _dashboard_kwargs(address: Optional[str]) -> Dict[str, Any]:
-    """``dashboard_address=None`` only turns the dashboard's pages off: the scheduler's
-    HTTP server (health, metrics) still binds port 8787 (a warning when taken, a clash
-    between experiments). None here means no dashboard and that server on a free port."""
+def _check_tls(c: "RemoteClusterConfig") -> None:
+    files = {k: getattr(c, k) for k in ("tls_ca_file", "tls_client_cert", "tls_client_key")}
+    scheme = c.address.split("://", 1)[0] if "://" in c.address else "tcp"
+    if any(files.values()):
+        missing = [k for k, v in files.items() if not v]
+        if missing:
+            raise ValueError(f"The '{missing[0]}' parameter of cluster 'remote' must be the path of an existing "
+                             f"file when any tls_* file is set. Got None instead.")
+        if scheme != "tls":
+            raise ValueError(f"The 'address' parameter of cluster 'remote' must start with 'tls://' when the "
+                             f"tls_* files are set. Got {c.address!r} instead.")
+    elif scheme == "tls":
+        import dask
+
+        if not dask.config.get("distributed.comm.tls.ca-file", None):
+            raise ValueError("The 'tls_ca_file' parameter of cluster 'remote' must be the path of an existing file "
+                             f"for the address {c.address!r} (with tls_client_cert and tls_client_key, or Dask's "
+                             "distributed.comm.tls config). Got None instead.")
+
+
+def security(c: Any):
+    """distributed.security.Security of a remote config's tls_* files (None: Dask's config)."""
+    if not getattr(c, "tls_ca_file", None):
+        return None
+    from distributed.security import Security
+
+    return Security(tls_ca_file=os.path.expanduser(c.tls_ca_file),
+                    tls_client_cert=os.path.expanduser(c.tls_client_cert),
+                    tls_client_key=os.path.expanduser(c.tls_client_key), require_encryption=True)
+
+
+def _http_kwargs(host: str, address: Optional[str]) -> Dict[str, Any]:
+    """The scheduler's HTTP server on ``host``. ``dashboard_address=None`` only turns the
+    dashboard's pages off: that server (health, metrics) still binds 0.0.0.0:8787 (every
+    interface; a clash between experiments). None here: no dashboard, the server on a
+    free port of ``host``; ":8787" means that port on ``host``."""
     if address is not None:
-        return {"dashboard_address": address}
-    return {"dashboard_address": None, "scheduler_kwargs": {"dashboard": False, "dashboard_address": ":0"}}
+        return {"dashboard_address": f"{host}{address}" if address.startswith(":") else address}
+    return {"dashboard_address": None, "scheduler_kwargs": {"dashboard": False, "dashboard_address": f"{host}:0"}}
 
 
 def _start_local(c: LocalClusterConfig):
@@ -146,19 +225,35 @@ def _start_local(c: LocalClusterConfig):
 
     return LocalCluster(n_workers=c.n_workers, threads_per_worker=c.threads_per_worker,
                         memory_limit=c.memory_limit, processes=c.processes,
-                        timeout=c.timeout_s, **_dashboard_kwargs(c.dashboard_address))
+                        **({"host": c.host} if c.processes else {}),  # threads talk in-process (inproc://)
+                        timeout=c.timeout_s, **_http_kwargs(c.host, c.dashboard_address))
 
 
-def _start_slurm(c: SlurmClusterConfig):
+def _slurm_cluster(c: SlurmClusterConfig):
+    """dask_jobqueue.SLURMCluster (its scheduler starts in this process; no job yet)."""
     try:
         from dask_jobqueue import SLURMCluster
     except ImportError as error:
         raise RuntimeError("cluster=slurm needs dask-jobqueue: pip install dask-jobqueue") from error
     kwargs = {k: v for k, v in dataclasses.asdict(c).items()
-              if k not in ("name", "n_jobs", "timeout_s") and v not in (None, [])}
-    cluster = SLURMCluster(**kwargs)
+              if k not in ("name", "n_jobs", "timeout_s", "data_access", "dashboard_address") and v not in (None, [])}
+    return SLURMCluster(**kwargs, scheduler_options={"dashboard_address": c.dashboard_address})
+
+
+def _start_slurm(c: SlurmClusterConfig):
+    cluster = _slurm_cluster(c)
     cluster.scale(jobs=c.n_jobs)
     return cluster
+
+
+def job_script(cluster_cfg: Any) -> str:
+    """The batch script ``cluster=slurm`` submits for each job, as dask-jobqueue renders
+    it (nothing is submitted; a scheduler starts and stops in this process)."""
+    c = validate_cluster_config(cluster_cfg)
+    if c.name != "slurm":
+        raise ValueError(f"The 'name' parameter of cluster must be 'slurm' for a job script. Got {c.name!r} instead.")
+    with _slurm_cluster(c) as cluster:
+        return cluster.job_script()
 
 
 def _start_local_cuda(c: LocalCudaClusterConfig):
@@ -170,8 +265,8 @@ def _start_local_cuda(c: LocalCudaClusterConfig):
     allocator = {"rmm_allocator_external_lib_list": "cupy"} if c.rmm_pool_size else {}
     return LocalCUDACluster(CUDA_VISIBLE_DEVICES=c.CUDA_VISIBLE_DEVICES,
                             device_memory_limit=c.device_memory_limit, rmm_pool_size=c.rmm_pool_size,
-                            threads_per_worker=c.threads_per_worker, **allocator,
-                            **_dashboard_kwargs(c.dashboard_address))
+                            threads_per_worker=c.threads_per_worker, host=c.host, **allocator,
+                            **_http_kwargs(c.host, c.dashboard_address))
 
 
 STARTERS = {"local": _start_local, "local_cuda": _start_local_cuda, "slurm": _start_slurm}
@@ -200,14 +295,7 @@ def connect(cluster_cfg: Any) -> Iterator[Optional[Any]]:
 
     cluster = STARTERS[c.name](c) if c.name in STARTERS else None
     try:
-        if cluster is not None:
-            client = Client(cluster, timeout=c.timeout_s)
-        else:
-            try:
-                client = Client(c.address, timeout=c.timeout_s)
-            except OSError as error:
-                raise ConnectionError(f"Could not reach the dask scheduler at {c.address!r} within "
-                                      f"{c.timeout_s:g}s: {error}") from None
+        client = Client(cluster, timeout=c.timeout_s) if cluster is not None else _join(c)
         try:
             wanted = n_expected_workers(c)
             if wanted:
@@ -220,20 +308,59 @@ def connect(cluster_cfg: Any) -> Iterator[Optional[Any]]:
             cluster.close(timeout=c.timeout_s)
 
 
-def describe(client: Any) -> Mapping[str, Any]:
-    """Worker count, threads and addresses of a client's cluster (for run tags)."""
-    if client is None:
-        return {"n_workers": 0}
-    info = client.scheduler_info(n_workers=-1) if "n_workers" in _params(client.scheduler_info) else client.scheduler_info()
-    workers = info.get("workers", {})
-    return {"n_workers": len(workers), "threads": sum(w.get("nthreads", 0) for w in workers.values()),
-            "scheduler": info.get("address", "")}
-
-
-def _params(fn) -> tuple:
-    import inspect
+def _join(c: RemoteClusterConfig):
+    """A Client of the remote scheduler, or a one-line ConnectionError."""
+    from dask.distributed import Client
 
     try:
-        return tuple(inspect.signature(fn).parameters)
-    except (TypeError, ValueError):  # pragma: no cover
-        return ()
+        return Client(c.address, timeout=c.timeout_s, security=security(c))
+    except (OSError, TimeoutError) as error:
+        reason = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+    # A half-built Client lives on in the error's traceback; if the garbage collector
+    # finalizes it while another Client starts, both can wait on one lock forever.
+    gc.collect()
+    raise ConnectionError(f"Could not reach the dask scheduler at {c.address!r} (waited up to {c.timeout_s:g}s): "
+                          f"{reason}")
+
+
+def scheduler_lost(client: Any) -> bool:
+    """Whether the client lost its scheduler (it is reconnecting, or gave up and closed)."""
+    return client is not None and client.status not in ("running", "newly-created")
+
+
+@contextlib.contextmanager
+def cluster_lost_as_error(client: Any) -> Iterator[None]:
+    """Inside: an error raised because the scheduler is gone (a cancelled future, a closed
+    client, a closed comm, in whatever layer noticed first) becomes one ClusterLost line."""
+    try:
+        yield
+    except ClusterLost:
+        raise
+    except Exception as error:
+        if not scheduler_lost(client) and "scheduler-connection-lost" not in str(error):
+            raise
+        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        raise cluster_lost(client, f"{type(error).__name__}{': ' + first[:200] if first else ''}") from None
+
+
+def cluster_lost(client: Any, detail: str) -> ClusterLost:
+    """The one-line error of a lost scheduler: its address, the client's state, what failed."""
+    return ClusterLost(f"lost the dask scheduler at {client.scheduler.address} (client {client.status}; {detail})")
+
+
+def describe(client: Any) -> Mapping[str, Any]:
+    """Worker count, threads and the addresses the cluster listens on (for the log and tags):
+    the HTTP server's as bound when the scheduler runs in this process (LocalCluster)."""
+    if client is None:
+        return {"n_workers": 0}
+    info = client.scheduler_info(n_workers=-1)
+    workers = info.get("workers", {})
+    scheduler = getattr(getattr(client, "cluster", None), "scheduler", None)
+    server = getattr(scheduler, "http_server", None)
+    if server is not None:  # tornado's listening sockets: the addresses really bound
+        http = ["http://{}:{}".format(*s.getsockname()[:2]) for s in server._sockets.values()]
+    else:  # a remote scheduler: its address and HTTP port
+        port = info.get("services", {}).get("dashboard")
+        http = [f"http://{info.get('address', '').split('://')[-1].rsplit(':', 1)[0]}:{port}"] if port else []
+    return {"n_workers": len(workers), "threads": sum(w.get("nthreads", 0) for w in workers.values()),
+            "scheduler": info.get("address", ""), "workers": sorted(workers), "http": http}

@@ -1,6 +1,7 @@
 """Shared by Downpour and Sandblaster: their result, a seeded shuffled train/test
-split, which rows a replica owns, reading rows from the dataset cache on the
-worker (data never travels through the client), live workers."""
+split, which rows a replica owns, the rows a worker gets (:func:`rows_ref`: read
+from the dataset cache on the worker, or shipped from the driver; see
+tasks.parts), live workers."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ import pandas as pd
 import scipy.sparse as sp
 
 from solvers.distbelief.models import make_model
+from tasks.cluster import cluster_lost, scheduler_lost
 from tasks.data import read_cached
+from tasks.parts import DataParts
 from tasks.problems import labels_for
 
 
@@ -91,6 +94,14 @@ def load_rows(spec: DataSpec, model_name: str, start: int, stop: int):
     return X, np.array(y)
 
 
+def rows_ref(parts: Optional[DataParts], spec: DataSpec, model_name: str, start: int, stop: int,
+             worker: Optional[str] = None):
+    """The ref (tasks.parts) of ``load_rows(spec, model_name, start, stop)`` for a task on
+    ``worker``; ``parts`` None: the worker reads them from ``spec.folder``."""
+    parts = parts if parts is not None else DataParts(None, spec.folder, "mmap")
+    return parts.ref(load_rows, spec, model_name, int(start), int(stop), worker=worker)
+
+
 def build_model(model_cfg: Mapping[str, Any], n_features: int, n_train: int):
     """The solvers.distbelief model of a model config (logistic/svm use C: alpha = 1 / (C n))."""
     kw = dict(model_cfg)
@@ -107,6 +118,8 @@ def build_model(model_cfg: Mapping[str, Any], n_features: int, n_train: int):
 def live_workers(client) -> List[str]:
     """The scheduler's workers now (a fresh query: ``Client.scheduler_info()`` returns a
     cache that a background refresh may leave without per-worker entries)."""
+    if scheduler_lost(client):  # fail at once, not after the connect timeout
+        raise cluster_lost(client, "asking for the live workers")
     info = client.sync(client.scheduler.identity, n_workers=-1)
     return sorted(info.get("workers", {}))
 

@@ -1,7 +1,7 @@
 """Downpour SGD on Dask: K replicas (long-running tasks, one per worker) and a
 sharded parameter server (``tasks.distbelief.param_server``).
 
-Each replica loads its own rows from the dataset cache on its worker and runs
+Each replica gets its own rows on its worker (memory-mapped or shipped: ``parts``) and runs
 ``solvers.distbelief.downpour.Replica`` against the shard actors: fetch every
 ``n_fetch`` steps, push the summed gradient every ``n_push`` steps, no barrier.
 Warm start: replica 0 runs alone until ``warmup_steps`` pushes are applied.
@@ -20,20 +20,21 @@ from typing import Any, Callable, Dict, List, Mapping, Optional
 import pandas as pd
 
 from solvers.distbelief.downpour import Replica
-from tasks.distbelief.common import DataSpec, DistBeliefResult, build_model, eval_rows, live_workers, load_rows
+from tasks.distbelief.common import DataSpec, DistBeliefResult, build_model, eval_rows, live_workers, rows_ref
+from tasks.parts import materialize
 from tasks.distbelief.param_server import TIMEOUT_S, StopReplica, restart_shard, start_param_server
 
 
 def replica_loop(k: int, n_replicas: int, shards, spec: DataSpec, model_cfg: Mapping[str, Any], batch_size: int,
                  n_fetch: int, n_push: int, seed: int, max_steps: Optional[int], max_time: float,
-                 attempt: int = 0) -> dict:
+                 attempt: int = 0, rows=None) -> dict:
     """One replica until the driver says stop, max_steps or max_time (runs on a worker)."""
     from distributed import get_worker, secede
 
     secede()  # long-running: free the worker's thread slot (a restarted replica can join it)
     start = time.perf_counter()
-    lo, hi = spec.replica_rows(k, n_replicas)
-    X, y = load_rows(spec, model_cfg["name"], lo, hi)
+    X, y = materialize(rows if rows is not None else rows_ref(None, spec, model_cfg["name"],
+                                                             *spec.replica_rows(k, n_replicas)))
     model = build_model(model_cfg, spec.n_features, spec.n_train)
     replica = Replica(model, X, y, batch_size, n_fetch, n_push, seed=seed + k + 10007 * attempt)
     stopped = False
@@ -54,8 +55,9 @@ def run_downpour(client, spec: DataSpec, model_cfg: Mapping[str, Any], *, n_repl
                  eval_every_s: float = 0.5, n_eval: int = 20000, snapshot_dir: Optional[str] = None,
                  snapshot_every: int = 100, seed: int = 0, timeout: float = TIMEOUT_S,
                  callback: Optional[Callable[[dict], None]] = None,
-                 on_start: Optional[Callable[[dict], None]] = None) -> DistBeliefResult:
+                 on_start: Optional[Callable[[dict], None]] = None, parts=None) -> DistBeliefResult:
     """Run Downpour SGD until the targets (train loss and/or test accuracy), max_steps per replica or max_time.
+    ``parts`` (tasks.parts.DataParts): how the replicas get their rows (None: memory-mapped from the cache).
 
     ``on_start(info)`` is called once the replicas run, with {"replicas": {k: worker}, "ps_worker": ...}
     (tests use it to kill a worker mid-run).
@@ -88,8 +90,10 @@ def run_downpour(client, spec: DataSpec, model_cfg: Mapping[str, Any], *, n_repl
         live = live_workers(client) or workers
         where = live[k % len(live)]
         attempts[k] = attempts.get(k, -1) + 1
-        futures[k] = client.submit(replica_loop, k, *common, attempts[k], workers=[where], allow_other_workers=True,
-                                   pure=False, key=f"downpour-replica-{k}-{attempts[k]}-{id(shards):x}")
+        rows = rows_ref(parts, spec, model_cfg["name"], *spec.replica_rows(k, K), worker=where)
+        futures[k] = client.submit(replica_loop, k, *common, attempts[k], rows, workers=[where],
+                                   allow_other_workers=True, pure=False,
+                                   key=f"downpour-replica-{k}-{attempts[k]}-{id(shards):x}")
 
     def evaluate(final: bool = False) -> dict:
         stats = shards.stats()

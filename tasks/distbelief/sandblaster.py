@@ -4,8 +4,8 @@ The parameters, the gradient and the L-BFGS history live on the
 parameter-server shard actors (``tasks.distbelief.param_server``), which do the dot
 products and axpys of ``solvers.distbelief.lbfgs`` on command. Each
 objective/gradient evaluation is a round of ``units_per_replica * K`` small
-work units (row ranges): a unit runs on a worker, reads its rows from the
-dataset cache there, fetches x from the shards (once per round per worker),
+work units (row ranges): a unit runs on a worker, gets its rows there (read from
+the dataset cache, or shipped: ``parts``), fetches x from the shards (once per round per worker),
 and adds its gradient into the shards' accumulator; only its loss (a scalar)
 comes back. Units are handed out as workers free up; once none is left to
 hand out, idle workers get backup copies of running units (first result wins,
@@ -23,23 +23,28 @@ import pandas as pd
 
 from solvers.distbelief.lbfgs import lbfgs
 from solvers.distbelief.sandblaster import UnitScheduler, unit_ranges
-from tasks.distbelief.common import DataSpec, DistBeliefResult, build_model, eval_rows, live_workers, load_rows
+from tasks.distbelief.common import DataSpec, DistBeliefResult, build_model, eval_rows, live_workers, rows_ref
 from tasks.distbelief.param_server import TIMEOUT_S, start_param_server
+from tasks.parts import OnDisk, materialize
 
 _X_CACHE: Dict[str, Any] = {}  # round id -> x, one entry per worker process
-_ROWS: Dict[tuple, Any] = {}
+_ROWS: Dict[str, Any] = {}
 
 
 def gradient_unit(shards, spec: DataSpec, model_cfg: Mapping[str, Any], x_name: str, g_name: str, round_id: str,
-                  unit: int, start: int, stop: int, slow_worker: Optional[str], slow_factor: float):
-    """Loss summed over rows [start, stop) at x; the gradient goes to the shards. None: lost the race."""
+                  unit: int, rows, slow_worker: Optional[str], slow_factor: float):
+    """Loss summed over the unit's rows (a tasks.parts ref) at x; the gradient goes to the shards.
+    None: lost the race."""
     from distributed import get_worker
 
     t0 = time.perf_counter()
-    key = (spec.folder, model_cfg["name"], start, stop)
-    if key not in _ROWS:
-        _ROWS[key] = load_rows(spec, model_cfg["name"], start, stop)
-    X, y = _ROWS[key]
+    if isinstance(rows, OnDisk):  # read once per worker process (a shipped part stays with the worker)
+        key = repr(rows.args)  # (spec, model, start, stop)
+        if key not in _ROWS:
+            _ROWS[key] = materialize(rows)
+        X, y = _ROWS[key]
+    else:
+        X, y = materialize(rows)
     if round_id not in _X_CACHE:
         _X_CACHE.clear()
         _X_CACHE[round_id] = shards.get(x_name)
@@ -64,8 +69,9 @@ def run_sandblaster(client, spec: DataSpec, model_cfg: Mapping[str, Any], *, n_s
                     gtol: float = 1e-8, ftol: float = 1e-13, n_eval: int = 20000, seed: int = 0,
                     timeout: float = TIMEOUT_S, unit_timeout: float = 60.0,
                     callback: Optional[Callable[[dict], None]] = None,
-                    on_round: Optional[Callable[[dict], None]] = None) -> DistBeliefResult:
-    """Minimize the full training objective with L-BFGS driven from here.
+                    on_round: Optional[Callable[[dict], None]] = None, parts=None) -> DistBeliefResult:
+    """Minimize the full training objective with L-BFGS driven from here. ``parts``
+    (tasks.parts.DataParts): how the units get their rows (None: memory-mapped from the cache).
 
     ``on_round(info)`` is called while a round of units runs ({"round", "running": {attempt: (unit, worker)}}),
     so tests can kill a worker mid-round.
@@ -117,9 +123,9 @@ def run_sandblaster(client, spec: DataSpec, model_cfg: Mapping[str, Any], *, n_s
                     if got is None:
                         continue
                     attempt, unit, _ = got
-                    lo, hi = ranges[unit]
+                    rows = rows_ref(parts, spec, model_cfg["name"], *ranges[unit], worker=worker)
                     futures[attempt] = client.submit(
-                        gradient_unit, shards, spec, dict(model_cfg), x, g, round_id, unit, lo, hi, slow_addr,
+                        gradient_unit, shards, spec, dict(model_cfg), x, g, round_id, unit, rows, slow_addr,
                         slow_factor, workers=[worker], allow_other_workers=False, pure=False,
                         key=f"sandblaster-{round_id}-u{unit}-a{attempt}")
                     counters["units"] += 1

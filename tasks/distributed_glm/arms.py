@@ -4,8 +4,8 @@ An arm is built from its settings (checked before any data is made, like
 DuHL's) and run by ``solve(problem, placement)``. ``placement`` says where:
 with ``placement.client`` None the math runs in this process
 (:mod:`solvers.distributed_glm`); with a Dask client, the parts / workers are
-replicas on the cluster (:mod:`tasks.distributed_glm.replicas`) that read their shards from
-the dataset cache at ``placement.path`` (data never goes through the client).
+replicas on the cluster (:mod:`tasks.distributed_glm.replicas`) that get their shards
+through ``placement.parts`` (:mod:`tasks.parts`: memory-mapped from the cache, or shipped).
 
 The results look like DuHL's to the report: a trace in the metric vocabulary
 (``time_s``, ``epoch``, ``bits_sent``, and ``rel_gap`` for CoCoA+ or
@@ -29,6 +29,7 @@ from solvers.distributed_glm.cocoa import CoCoA
 from solvers.distributed_glm.diana import Diana, make_spec, reference_optimum
 from solvers.glm.checks import check_params
 from tasks.distributed_glm.replicas import cocoa_factory, diana_on_cluster, skeleton_problem
+from tasks.parts import DataParts
 from tasks.problems import labels_for
 
 
@@ -37,12 +38,17 @@ class Placement:
     """Where an arm runs and what it reads: the client (None: in-process) and the dataset."""
 
     client: Any
-    path: Any  # the dataset's cache file: workers memory-map their shard from it
+    path: Any  # the dataset's cache folder (on the driver)
     X: Any
     y: Any
     model: Dict[str, Any]
     timeout_s: float = 60.0  # every wait on a replica
     cache: Dict[Any, Any] = field(default_factory=dict)  # DIANA's F* per model
+    parts: Optional[DataParts] = None  # how workers get their data; None: they memory-map ``path``
+
+    def __post_init__(self):
+        if self.parts is None and self.client is not None:
+            self.parts = DataParts(self.client, self.path, "mmap")
 
 
 class CocoaArm(CoCoA):
@@ -55,7 +61,7 @@ class CocoaArm(CoCoA):
         if placement is None or placement.client is None:
             self.executor_factory = None
             return super().solve(problem, a0)
-        self.executor_factory = cocoa_factory(placement.client, placement.path, placement.model,
+        self.executor_factory = cocoa_factory(placement.client, placement.parts, placement.model,
                                               placement.timeout_s)
         try:
             return super().solve(skeleton_problem(placement.model, np.asarray(placement.y),
@@ -121,7 +127,7 @@ class DianaArm:
         if placement.client is None:
             result = self.diana.solve(spec, X, y, f_star=f_star)
         else:
-            result = diana_on_cluster(placement.client, placement.path, model, self.diana, spec, f_star,
+            result = diana_on_cluster(placement.client, placement.parts, model, self.diana, spec, f_star,
                                       placement.timeout_s)
         result.trace["epoch"] = result.trace["round"].astype(float)
         return result

@@ -1,10 +1,10 @@
 """Replicas on Dask workers: CoCoA+ parts and DIANA workers that hold a shard.
 
 A replica is a stateful object in a worker process (a module-level registry
-keyed by run and part), built there from the dataset cache: the worker
-memory-maps the cached dataset (by path) and slices its own shard, so data
-never travels through the client. Each round the driver submits one small
-task per replica, pinned to the worker holding it, with only what the
+keyed by run and part), built there from its part of the dataset
+(:mod:`tasks.parts`: memory-mapped from the cache when the worker sees it, else
+shipped from the driver once and reused). Each round the driver submits one
+small task per replica, pinned to the worker holding it, with only what the
 algorithm broadcasts (z and off for CoCoA+, x for DIANA); the task returns
 only what the algorithm sends back (dv, d_off, da and a gap; a compressed
 message and its bit count).
@@ -15,8 +15,9 @@ it exceeds ``timeout_s``); a replica missing from that worker, or at another
 round, answers ``NeedState``, and the driver resubmits the task with the
 state to rebuild from (CoCoA+: the part's coordinates of the driver's a;
 DIANA: the server's copy of the worker's shift) to a live worker, which
-rebuilds the replica from the shard on disk. Each recovery is an event on the
-run. A lost scheduler raises ``ClusterLost``.
+rebuilds the replica from its part (a shipped part lost with its worker is
+shipped again). Each recovery is an event on the run. A lost scheduler
+raises ``ClusterLost``.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import replace
-from pathlib import Path
 from typing import Any, Dict, List, Mapping
 
 import numpy as np
@@ -35,7 +35,8 @@ from distributed.scheduler import KilledWorker
 
 from solvers.distributed_glm.cocoa import CocoaPart
 from solvers.distributed_glm.diana import DianaWorker, shard_rows
-from tasks.data import read_cached
+from tasks.cluster import ClusterLost, cluster_lost  # noqa: F401 (ClusterLost: re-exported)
+from tasks.parts import as_parts, columns, materialize, rows
 from tasks.problems import build_problem, labels_for
 
 _REPLICAS: Dict[str, Any] = {}  # in each worker process: key -> (round, replica)
@@ -45,15 +46,7 @@ class NeedState(RuntimeError):
     """The replica is not on this worker (or not at the expected round): resend its state."""
 
 
-class ClusterLost(RuntimeError):
-    """The dask scheduler can no longer be reached."""
-
-
 # --------------------------------------------------------------- shards (on workers)
-def _load(path):
-    return read_cached(Path(path))
-
-
 def skeleton_problem(model_cfg: Mapping[str, Any], y, n_features: int):
     """The driver's Problem without data: f (c, b), P0, params, the model; A is an
     empty sparse matrix of the right shape (built from y alone)."""
@@ -63,14 +56,19 @@ def skeleton_problem(model_cfg: Mapping[str, Any], y, n_features: int):
     return p
 
 
-def shard_problem(path, model_cfg: Mapping[str, Any], lo: int, hi: int, skeleton):
-    """The Problem of coordinates [lo, hi), built from the cached dataset on this worker:
-    features lo:hi for regression models, samples lo:hi for classifiers."""
-    ds = _load(path)
+def shard_part(parts, skeleton, lo: int, hi: int, worker=None):
+    """The ref of a CoCoA+ part's data: features lo:hi for regression models, samples
+    lo:hi for classifiers (with all of y, from which the labels are made)."""
+    return parts.ref(rows if skeleton.dual_form else columns, parts.path, lo, hi, worker=worker)
+
+
+def shard_problem(part, model_cfg: Mapping[str, Any], lo: int, hi: int, skeleton):
+    """The Problem of coordinates [lo, hi), on this worker, from the part ``shard_part``
+    made: (X[:, lo:hi], y) for regression models, (X[lo:hi], y) for classifiers."""
+    X, y = part
     if not skeleton.dual_form:
-        return build_problem(model_cfg, ds.X[:, lo:hi], np.asarray(ds.y))
-    signs = labels_for(model_cfg["name"], ds.y)[lo:hi]  # +1 / -1, as make_problem maps them
-    X = ds.X[lo:hi]
+        return build_problem(model_cfg, X, np.asarray(y))
+    signs = labels_for(model_cfg["name"], y)[lo:hi]  # +1 / -1, as make_problem maps them
     if skeleton.info["fit_intercept"]:
         col = np.full((hi - lo, 1), skeleton.info["intercept_scaling"], dtype=X.dtype)
         X = sp.hstack([X, sp.csr_matrix(col)], format="csr") if sp.issparse(X) else np.hstack([X, col])
@@ -88,8 +86,8 @@ def shard_problem(path, model_cfg: Mapping[str, Any], lo: int, hi: int, skeleton
 def _cocoa_round(key, expected, z, off, build=None):
     """On a worker: one CoCoA+ round of the replica ``key`` (built first when ``build`` is given)."""
     if build is not None:
-        path, model_cfg, spec, skeleton, a_k = build
-        problem = shard_problem(path, model_cfg, spec["lo"], spec["hi"], skeleton)
+        part, model_cfg, spec, skeleton, a_k = build
+        problem = shard_problem(materialize(part), model_cfg, spec["lo"], spec["hi"], skeleton)
         part_spec = dict(spec, lo=0, hi=spec["hi"] - spec["lo"])
         _REPLICAS[key] = (expected, CocoaPart(problem, a0=a_k, **part_spec))
     entry = _REPLICAS.get(key)
@@ -103,11 +101,10 @@ def _cocoa_round(key, expected, z, off, build=None):
 
 def _diana_step(key, expected, x, build=None):
     if build is not None:
-        path, model_cfg, lo, hi, spec, compressor, method, shift_lr, seed, h = build
-        ds = _load(path)
-        X = ds.X[lo:hi]
+        part, model_cfg, lo, hi, spec, compressor, method, shift_lr, seed, h = build
+        X, y = materialize(part)
         X = X if sp.issparse(X) else np.asarray(X, dtype=np.float64)
-        y = labels_for(model_cfg["name"], ds.y)[lo:hi]
+        y = labels_for(model_cfg["name"], y)[lo:hi]
         _REPLICAS[key] = (expected, DianaWorker(spec, X, y, compressor, method, shift_lr, seed=seed, h0=h))
     entry = _REPLICAS.get(key)
     if entry is None or entry[0] != expected:
@@ -144,19 +141,31 @@ class _DaskReplicas:
         except TypeError:
             info = self.client.scheduler_info()
         except Exception as error:
-            raise ClusterLost(f"lost the dask scheduler: {error}") from None
+            raise cluster_lost(self.client, f"{type(error).__name__}: {str(error).splitlines()[0][:200]}") from None
         workers = sorted(info.get("workers", {}))
         if not workers:
             self.client.wait_for_workers(1, timeout=self.timeout_s)
             return self._workers()
         return workers
 
-    def _submit(self, fn, i, args, build):
-        if self.home[i] is None:  # first round, or after a failure: ask the scheduler who is alive
-            workers = self._workers()
+    def place(self):
+        """Homes for the replicas not placed yet: round-robin over the live workers; a
+        replacement avoids the workers holding a replica while there are others, and
+        rotates with each recovery (the scheduler may not know yet that a worker died)."""
+        workers = None
+        for i in [i for i, h in enumerate(self.home) if h is None]:
+            workers = workers or self._workers()
             taken = [h for h in self.home if h is not None]
             free = [w for w in workers if w not in taken] or workers
-            self.home[i] = free[(i + len(self.events)) % len(free)]
+            self.home[i] = free[(i + len(self.events)) % len(free)] if self.built[i] else workers[i % len(workers)]
+        return self.home
+
+    def _submit(self, fn, i, args, build_for=None):
+        """The replica's task, on its home; with ``build_for``, it first builds the replica
+        there from ``build_for(i)`` (made once the home is known: a shipped part goes there)."""
+        if self.home[i] is None:  # first round, or after a failure: ask the scheduler who is alive
+            self.place()
+        build = build_for(i) if build_for is not None else None
         return self.client.submit(fn, self.prefix + str(i), self.round_no, *args, build=build,
                                   workers=[self.home[i]], allow_other_workers=True, pure=False,
                                   key=f"{self.prefix}{i}-r{self.round_no}-{uuid.uuid4().hex[:6]}")
@@ -165,7 +174,7 @@ class _DaskReplicas:
         """Why a replica's task did not finish, when a rebuild on a live worker is the remedy;
         raises ClusterLost (the scheduler is gone) or the task's own error (a bug: not retried)."""
         if self.client.status != "running":
-            raise ClusterLost(f"lost the dask scheduler ({self.client.status})")
+            raise cluster_lost(self.client, f"replica task {future.status}")
         if future.status == "error":
             error = future.exception()
             if not isinstance(error, (NeedState, KilledWorker)):
@@ -178,7 +187,7 @@ class _DaskReplicas:
         if self.recoveries > self.max_recoveries * len(self.home):
             raise RuntimeError(f"replicas failed {self.recoveries} times this round; last: replica {i}: {reason}")
         old, self.home[i] = self.home[i], None  # pick a live worker
-        future = self._submit(fn, i, args, build_for(i))
+        future = self._submit(fn, i, args, build_for)
         self.events.append({"round": self.round_no, "replica": i, "reason": reason[:200],
                             "from_worker": old, "to_worker": self.home[i], "time": time.time()})
         return future
@@ -189,7 +198,7 @@ class _DaskReplicas:
         or that does not answer within ``timeout_s`` is rebuilt on a live worker."""
         n = len(self.home)
         self.recoveries = 0
-        pending = {self._submit(fn, i, args, None if self.built[i] else build_for(i)): i for i in range(n)}
+        pending = {self._submit(fn, i, args, None if self.built[i] else build_for): i for i in range(n)}
         self.built = [True] * n
         finished: Dict[int, Any] = {}
         while pending:
@@ -232,13 +241,14 @@ class _DaskReplicas:
 class DaskCocoaParts(_DaskReplicas):
     """CoCoA+'s executor on a cluster (``CoCoA(executor_factory=...)``)."""
 
-    def __init__(self, client, path, model_cfg, specs, a, skeleton, timeout_s=60.0):
+    def __init__(self, client, data, model_cfg, specs, a, skeleton, timeout_s=60.0):
         super().__init__(client, len(specs), timeout_s)
-        self.path, self.model_cfg, self.specs, self.a, self.skeleton = str(path), dict(model_cfg), specs, a, skeleton
+        self.parts, self.model_cfg, self.specs, self.a, self.skeleton = data, dict(model_cfg), specs, a, skeleton
 
     def _build(self, i):
         s = self.specs[i]
-        return (self.path, self.model_cfg, s, self.skeleton, self.a[s["lo"]:s["hi"]].copy())
+        part = shard_part(self.parts, self.skeleton, s["lo"], s["hi"], worker=self.home[i])
+        return (part, self.model_cfg, s, self.skeleton, self.a[s["lo"]:s["hi"]].copy())
 
     def round(self, z, off):
         return self.run_round(_cocoa_round, (z, off), self._build)
@@ -247,19 +257,25 @@ class DaskCocoaParts(_DaskReplicas):
         raise NotImplementedError
 
 
-def cocoa_factory(client, path, model_cfg, timeout_s=60.0):
+def cocoa_factory(client, data, model_cfg, timeout_s=60.0):
+    """CoCoA+'s executor factory: its parts as replicas on ``client``, reading ``data``
+    (tasks.parts.DataParts, or the cache folder the workers memory-map)."""
+    parts = as_parts(client, data)
+
     def factory(skeleton, specs, a):
-        return DaskCocoaParts(client, path, model_cfg, specs, a, skeleton, timeout_s)
+        return DaskCocoaParts(client, parts, model_cfg, specs, a, skeleton, timeout_s)
 
     return factory
 
 
 class DaskDianaWorkers(_DaskReplicas):
-    def __init__(self, client, path, model_cfg, rows, spec, compressor, method, shift_lr, seeds, timeout_s=60.0):
+    def __init__(self, client, parts, model_cfg, rows, spec, compressor, method, shift_lr, seeds, timeout_s=60.0,
+                 homes=None):
         super().__init__(client, len(rows), timeout_s)
-        self.args = (str(path), dict(model_cfg))
+        self.parts, self.model_cfg = parts, dict(model_cfg)
         self.rows, self.spec, self.compressor, self.method = rows, spec, compressor, method
         self.shift_lr, self.seeds = shift_lr, seeds
+        self.home = list(homes) if homes is not None else self.home
         self.server = None
 
     def attach(self, server):
@@ -269,26 +285,32 @@ class DaskDianaWorkers(_DaskReplicas):
         h = self.server.shifts[i].copy() if self.server is not None else None
         lo, hi = self.rows[i]
         seed = self.seeds[i] if not self.built[i] else np.random.SeedSequence().entropy
-        return (*self.args, lo, hi, self.spec, self.compressor, self.method, self.shift_lr, seed, h)
+        part = self.parts.ref(rows, self.parts.path, lo, hi, worker=self.home[i])
+        return (part, self.model_cfg, lo, hi, self.spec, self.compressor, self.method, self.shift_lr, seed, h)
 
     def step(self, x):
         return self.run_round(_diana_step, (x,), self._build)
 
 
-def diana_on_cluster(client, path, model_cfg, solver, spec, f_star=None, timeout_s=60.0):
-    """Run a ``solvers.distributed_glm.diana.Diana`` with its workers as replicas on ``client``."""
+def diana_on_cluster(client, data, model_cfg, solver, spec, f_star=None, timeout_s=60.0):
+    """Run a ``solvers.distributed_glm.diana.Diana`` with its workers as replicas on ``client``,
+    reading ``data`` (tasks.parts.DataParts, or the cache folder the workers memory-map)."""
+    parts = as_parts(client, data)
     n = spec.n_samples
-    rows = shard_rows(n, solver.n_workers)
-    # L needs each shard's spectral norm: computed where the shards are
-    L = max(client.gather([client.submit(_shard_smoothness, str(path), dict(model_cfg), lo, hi, spec, pure=False)
-                           for lo, hi in rows]))
+    shards = shard_rows(n, solver.n_workers)
+    homes = _DaskReplicas(client, len(shards), timeout_s).place()
+    # L needs each shard's spectral norm: computed where the shards will be (a shipped shard goes there once)
+    L = max(client.gather([client.submit(_shard_smoothness, parts.ref(rows, parts.path, lo, hi, worker=home), spec,
+                                         workers=[home], allow_other_workers=True, pure=False)
+                           for (lo, hi), home in zip(shards, homes)]))
     comp, gamma, shift_lr, _ = solver.settings_from_L(spec, L)
     seeds = np.random.SeedSequence(solver.random_state).spawn(solver.n_workers)
-    executor = DaskDianaWorkers(client, path, model_cfg, rows, spec, comp, solver.method, shift_lr, seeds, timeout_s)
-    weights = [(hi - lo) / n for lo, hi in rows]
+    executor = DaskDianaWorkers(client, parts, model_cfg, shards, spec, comp, solver.method, shift_lr, seeds,
+                                timeout_s, homes)
+    weights = [(hi - lo) / n for lo, hi in shards]
     return solver.run(spec, executor, weights, gamma, shift_lr, f_star)
 
 
-def _shard_smoothness(path, model_cfg, lo, hi, spec):
-    X = _load(path).X[lo:hi]
+def _shard_smoothness(part, spec):
+    X, _ = materialize(part)
     return spec.smoothness(X if sp.issparse(X) else np.asarray(X, dtype=np.float64))

@@ -1,0 +1,157 @@
+"""tasks.cluster: a LocalCluster listens on loopback only (checked with psutil, the
+oracle of what the kernel has open), TLS settings of cluster=remote are checked before
+anything starts, the SLURM job script renders without SLURM, a lost scheduler is one
+ClusterLost line."""
+
+import math
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tasks.cluster import (ClusterLost, cluster_lost_as_error, connect, describe, job_script, security,
+                           validate_cluster_config)
+
+LOOPBACK = ("127.0.0.1", "::1")
+
+
+def listening(pids):
+    """(ip, port) of every listening TCP socket of these processes."""
+    found = []
+    for pid in pids:
+        try:
+            conns = psutil.Process(pid).net_connections(kind="inet")
+        except psutil.NoSuchProcess:
+            continue
+        found += [(c.laddr.ip, c.laddr.port) for c in conns if c.status == psutil.CONN_LISTEN]
+    return found
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(120)
+def test_local_cluster_listens_on_loopback_only_and_says_where():
+    me = psutil.Process()
+    before = set(listening([me.pid]))
+    with connect({"name": "local", "n_workers": 2, "memory_limit": 0, "timeout_s": 60}) as client:
+        pids = [me.pid] + [p.pid for p in me.children(recursive=True)]
+        opened = [s for s in listening(pids) if s not in before]
+        info = describe(client)
+    # scheduler, its HTTP server, 2 nannies, 2 workers (each with an HTTP server)
+    assert len(opened) >= 6, opened
+    assert [s for s in opened if s[0] not in LOOPBACK] == []
+    assert info["scheduler"].startswith("tcp://127.0.0.1:") and len(info["workers"]) == 2
+    assert all(w.startswith("tcp://127.0.0.1:") for w in info["workers"])
+    assert info["http"] and all(h.startswith("http://127.0.0.1:") for h in info["http"])
+    assert {int(h.rsplit(":", 1)[1]) for h in info["http"]} <= {port for _, port in opened}
+
+
+def test_a_dashboard_port_alone_binds_the_configured_host():
+    from tasks.cluster import _http_kwargs
+
+    assert _http_kwargs("127.0.0.1", ":8787") == {"dashboard_address": "127.0.0.1:8787"}
+    assert _http_kwargs("10.0.0.5", "0.0.0.0:8787") == {"dashboard_address": "0.0.0.0:8787"}  # asked for
+    assert _http_kwargs("127.0.0.1", None)["scheduler_kwargs"]["dashboard_address"] == "127.0.0.1:0"
+
+
+@pytest.fixture
+def pem(tmp_path):
+    files = {}
+    for name in ("ca", "cert", "key"):
+        files[name] = tmp_path / f"{name}.pem"
+        files[name].write_text("-----BEGIN-----\n")
+    return files
+
+
+REMOTE = {"name": "remote", "address": "tls://10.0.0.1:8786"}
+
+
+@pytest.mark.parametrize("change,message", [
+    ({"tls_ca_file": "ca"}, "The 'tls_client_cert' parameter of cluster 'remote' must be the path of an existing "
+                            "file when any tls_* file is set. Got None instead."),
+    ({"tls_ca_file": "/nope/ca.pem"}, "The 'tls_ca_file' parameter of cluster 'remote' must be None or the path of an "
+                                      "existing file. Got '/nope/ca.pem' instead."),
+    ({"address": "tcp://10.0.0.1:8786", "tls_ca_file": "ca", "tls_client_cert": "cert", "tls_client_key": "key"},
+     "The 'address' parameter of cluster 'remote' must start with 'tls://' when the tls_* files are set. "
+     "Got 'tcp://10.0.0.1:8786' instead."),
+    ({}, "The 'tls_ca_file' parameter of cluster 'remote' must be the path of an existing file for the address "
+         "'tls://10.0.0.1:8786'"),
+    ({"data_access": "nfs", "address": "tcp://h:1"}, "The 'data_access' parameter of cluster 'remote' must be one "
+                                                     "of ('auto', 'mmap', 'scatter'). Got 'nfs' instead."),
+])
+def test_bad_remote_settings_are_one_line_errors(pem, change, message):
+    cfg = {**REMOTE, **{k: str(pem.get(v, v)) for k, v in change.items()}}
+    with pytest.raises(ValueError) as error:
+        validate_cluster_config(cfg)
+    assert str(error.value).startswith(message) and "\n" not in str(error.value)
+
+
+def test_tls_files_make_a_security_that_requires_encryption(pem):
+    c = validate_cluster_config({**REMOTE, "tls_ca_file": str(pem["ca"]), "tls_client_cert": str(pem["cert"]),
+                                 "tls_client_key": str(pem["key"])})
+    sec = security(c)
+    assert sec.require_encryption and sec.tls_ca_file == str(pem["ca"])
+    assert (sec.tls_client_cert, sec.tls_client_key) == (str(pem["cert"]), str(pem["key"]))
+    assert security(validate_cluster_config({"name": "remote", "address": "tcp://h:1"})) is None
+
+
+@pytest.mark.timeout(60)
+def test_an_unreachable_scheduler_is_one_line(tmp_path):
+    with pytest.raises(ConnectionError) as error:
+        with connect({"name": "remote", "address": "tcp://127.0.0.1:9", "timeout_s": 2}):
+            pass
+    assert str(error.value).startswith("Could not reach the dask scheduler at 'tcp://127.0.0.1:9' (waited up to 2s): ")
+    assert "\n" not in str(error.value)
+
+
+def test_errors_of_a_lost_scheduler_become_one_cluster_lost_line():
+    class Client:
+        status = "connecting"
+
+        class scheduler:
+            address = "tcp://10.0.0.1:8786"
+
+    with pytest.raises(ClusterLost) as error:
+        with cluster_lost_as_error(Client):
+            raise RuntimeError("x cancelled for reason: scheduler-connection-lost.\nClient lost the connection")
+    assert str(error.value) == ("lost the dask scheduler at tcp://10.0.0.1:8786 (client connecting; RuntimeError: "
+                                "x cancelled for reason: scheduler-connection-lost.)")
+    Client.status = "running"
+    with pytest.raises(KeyError):  # any other error passes through
+        with cluster_lost_as_error(Client):
+            raise KeyError("mine")
+
+
+@pytest.mark.timeout(120)
+def test_slurm_job_script_renders_without_slurm():
+    pytest.importorskip("dask_jobqueue", reason="dask-jobqueue is in the dev extra: pip install -e .[dev]")
+    script = job_script({"name": "slurm", "queue": "compute", "account": "duhl", "cores": 4, "processes": 1,
+                         "memory": "16GB", "walltime": "01:00:00", "python": "python", "local_directory": "$TMPDIR",
+                         "job_script_prologue": ["source ~/duhl-lab/.venv/bin/activate"], "interface": "lo"})
+    lines = script.splitlines()
+    assert lines[0] == "#!/usr/bin/env bash"
+    for directive in ("#SBATCH -p compute", "#SBATCH -A duhl", "#SBATCH -n 1", "#SBATCH --cpus-per-task=4",
+                      "#SBATCH -t 01:00:00"):
+        assert directive in lines, (directive, script)
+    # 16 GB = 14.90 GiB: SLURM's --mem in whole GiB rounded up, the worker's limit to 2 decimals
+    gib = 16e9 / 2**30
+    assert f"#SBATCH --mem={math.ceil(gib)}G" in lines and f"--memory-limit {gib:.2f}GiB" in script
+    assert "source ~/duhl-lab/.venv/bin/activate" in lines
+    worker = lines[-1].split()
+    assert worker[:3] == ["python", "-m", "distributed.cli.dask_worker"] and worker[3].startswith("tcp://127.0.0.1:")
+    for option in (["--nthreads", "4"], ["--local-directory", "$TMPDIR"], ["--nanny"]):
+        assert any(worker[i:i + len(option)] == option for i in range(len(worker))), (option, worker)
+    with pytest.raises(ValueError, match="'name' parameter of cluster must be 'slurm'"):
+        job_script({"name": "local"})
+
+
+def test_the_slurm_preset_renders_its_defaults():
+    pytest.importorskip("dask_jobqueue", reason="dask-jobqueue is in the dev extra: pip install -e .[dev]")
+    from hydra import compose, initialize_config_dir
+
+    from pipelines.config import register_configs
+
+    register_configs()
+    with initialize_config_dir(config_dir=str(Path(__file__).resolve().parents[2] / "conf"), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=["cluster=slurm", "cluster.interface=lo"])
+    script = job_script(cfg.cluster)
+    assert "#SBATCH --cpus-per-task=4" in script and "#SBATCH -t 01:00:00" in script
