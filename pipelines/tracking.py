@@ -305,6 +305,7 @@ class NullTracker:
     setup_s = 0.0
     experiment_id = None
     uri = None
+    failed_dead_runs = 0
 
     def start_run(self, *args: Any, **kwargs: Any) -> str:
         return ""
