@@ -1,0 +1,380 @@
+"""The disk tier: coordinates of a dense matrix read from an .npy on disk into RAM, past the page cache.
+
+A *coordinate* is one row of a coordinate-major (n_coords, length) matrix, one contiguous
+run of bytes in the file: a column of the Lasso's X stored in Fortran order, a row of the
+dual models' X stored in C order. A gap-chosen set of coordinates is a set of such runs.
+
+Why not ``np.memmap``: it reads through the page cache, which keeps what it read (a RAM
+budget would not hold), one page fault at a time (about 0.1 GB/s for a scattered quarter
+of the coordinates on this project's machine, against about 1 GB/s here). So:
+
+- **O_DIRECT** where the file system allows it: no page cache at all. Straight into the
+  caller's rows when file offsets, row size and rows are aligned (a file from
+  :func:`write_coordinate_major` (in ``disk_files``), its header padded to 4096 bytes, read into
+  :func:`aligned_empty` rows); through a per-thread aligned bounce buffer otherwise
+  (``np.save``'s 128-byte header puts every row off the 512-byte alignment).
+- **buffered** where O_DIRECT is refused (and on tmpfs, which accepts O_DIRECT but is RAM):
+  no readahead (``POSIX_FADV_RANDOM``), and the pages read dropped after each request
+  (``POSIX_FADV_DONTNEED``, widened to page bounds: it drops only whole pages).
+- Adjacent coordinates coalesce into one request of at most ``max_request`` bytes (and
+  512 buffers: IOV_MAX is 1024); a few threads issue them, since ``preadv`` releases the GIL.
+
+NumPy and the standard library only; Linux (O_DIRECT, posix_fadvise, /proc/self/mounts).
+"""
+
+import mmap
+import os
+import threading
+import time
+import weakref
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from solvers.duhl.disk_files import PAGE, RAM_FILE_SYSTEMS, aligned_empty, fs_type, read_npy_header
+from solvers.duhl.disk_files import write_coordinate_major  # noqa: F401 - part of this module's API
+
+__all__ = ["DiskMatrix", "ReadStats", "aligned_empty", "write_coordinate_major"]
+
+MAX_IOV = 512  # buffers per preadv, well under Linux's IOV_MAX of 1024
+
+
+def _open_direct(path):
+    """(fd, alignment) for O_DIRECT reads of ``path``, or (None, None) where refused. The
+    alignment is probed (512 bytes on a disk with 512-byte logical blocks, 4096 on others)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+    except OSError:
+        return None, None
+    probe = mmap.mmap(-1, 2 * PAGE)
+    for align in (512, 1024, 2048, 4096):
+        try:
+            os.preadv(fd, [memoryview(probe)[align:2 * align]], align)
+            return fd, align
+        except OSError:
+            continue
+    os.close(fd)
+    return None, None
+
+
+@dataclass
+class ReadStats:
+    """What one read cost: ``bytes_read`` is what the disk was asked for (alignment padding
+    included), ``useful_bytes`` the coordinates themselves, ``seconds`` the wall time from
+    the call to the last byte."""
+    coords: int = 0
+    useful_bytes: int = 0
+    bytes_read: int = 0
+    requests: int = 0
+    seconds: float = 0.0
+
+    @property
+    def gbps(self) -> float:
+        return self.useful_bytes / self.seconds / 1e9 if self.seconds else float("nan")
+
+
+@dataclass
+class _Request:
+    """One disk read of ``length`` bytes at ``offset``: straight into ``iov`` (a list of
+    destination memoryviews), or into a bounce buffer whose ``pieces`` (start in the
+    request, destination) are copied out after."""
+    offset: int
+    length: int
+    iov: list = field(default_factory=list)
+    pieces: list = field(default_factory=list)
+
+
+class DiskMatrix:
+    """A dense coordinate-major matrix in an .npy on disk: row i of the (n_coords, length) matrix is
+    coordinate i. A C-order (n_coords, length) .npy, or a Fortran-order (length, n_coords) .npy
+    (coordinate j = column j: the Lasso's X as scikit-learn sees it).
+
+    ``direct``: None uses O_DIRECT where the file system allows it (not tmpfs) and buffered
+    reads with the pages dropped after elsewhere; True requires O_DIRECT (OSError where it
+    cannot be had); False always reads buffered. The counters ``bytes_read``, ``read_s`` and
+    ``useful_bytes`` add up every read (thread-safe); a pickled copy reopens the file by
+    path, its counters at 0. Buffered reads count whole pages; with several threads two
+    requests may share an edge page the OS reads once, so the OS's count may be lower.
+    """
+
+    def __init__(self, path, *, threads=4, max_request=8 << 20, direct=None):
+        if int(threads) < 1:
+            raise ValueError(f"The 'threads' parameter of DiskMatrix must be an int >= 1. Got {threads!r} instead.")
+        if int(max_request) < PAGE:
+            raise ValueError(f"The 'max_request' parameter of DiskMatrix must be at least {PAGE} bytes. "
+                             f"Got {max_request!r} instead.")
+        if direct not in (None, True, False):
+            raise ValueError(f"The 'direct' parameter of DiskMatrix must be None, True or False. Got {direct!r} instead.")
+        self.path, self.threads, self.max_request = os.fspath(path), int(threads), int(max_request)
+        self._direct_asked = direct
+        shape, fortran, dtype, self.offset, size = read_npy_header(self.path)
+        if len(shape) != 2 or dtype.hasobject or dtype.itemsize == 0:
+            raise ValueError(f"DiskMatrix needs a 2-D numeric .npy; {self.path} holds a {dtype} array of shape {shape}")
+        self.fortran = fortran
+        self.shape = (shape[1], shape[0]) if fortran else shape
+        self.dtype, self.itemsize, self.ndim = dtype, dtype.itemsize, 2
+        self.row_bytes = self.shape[1] * dtype.itemsize
+        self.nbytes = self.shape[0] * self.row_bytes
+        if size < self.offset + self.nbytes:
+            raise ValueError(f"{self.path} is truncated: its header announces {self.nbytes} data bytes, "
+                             f"the file holds {size - self.offset}")
+        self.fs_type = fs_type(self.path)
+        fd, self.align = (None, None) if direct is False or self.fs_type in RAM_FILE_SYSTEMS else _open_direct(self.path)
+        if fd is None:
+            if direct:
+                raise OSError(f"O_DIRECT is not available for {self.path} (file system {self.fs_type}"
+                              + (": its data is RAM)" if self.fs_type in RAM_FILE_SYSTEMS else ")"))
+            fd = os.open(self.path, os.O_RDONLY)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)  # read what is asked, no readahead
+        self.direct = self.align is not None
+        self.bytes_read, self.read_s, self.useful_bytes = 0, 0.0, 0
+        self._fd, self._lock, self._tls = fd, threading.Lock(), threading.local()
+        self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="diskmatrix")
+        self._finalizer = weakref.finalize(self, _release, self._pool, fd)
+
+    def __repr__(self):
+        how = f"O_DIRECT ({self.align}-byte aligned)" if self.direct else "buffered + FADV_DONTNEED"
+        return (f"DiskMatrix({self.path!r}, shape={self.shape}, dtype={self.dtype}, "
+                f"{'Fortran' if self.fortran else 'C'} order, {how} on {self.fs_type})")
+
+    def __getstate__(self):
+        return {"path": self.path, "threads": self.threads, "max_request": self.max_request, "direct": self._direct_asked}
+
+    def __setstate__(self, state):
+        path = state.pop("path")
+        self.__init__(path, **state)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self):
+        """Wait for reads in flight, close the file. Idempotent."""
+        self._pool.shutdown(wait=True)
+        self._finalizer()
+
+    # ------------------------------------------------------------------ reading ---
+    def read_into(self, coords, out, rows=None) -> ReadStats:
+        """Read coordinate ``coords[i]`` into ``out[rows[i]]`` (``rows`` defaults to 0, 1, ...);
+        ``out`` is a C-contiguous (k, length) array of this matrix's dtype."""
+        return self._start(coords, out, rows, "read_into").result()
+
+    def prefetch(self, coords, out, rows=None) -> Future:
+        """:meth:`read_into` in the background: a Future of its ReadStats. The destination
+        rows must not be touched until it is done."""
+        return self._start(coords, out, rows, "prefetch")
+
+    def _start(self, coords, out, rows, where):
+        t0 = time.perf_counter()
+        coords = self._check_coords(coords, where)
+        self._check_out(out, where)
+        rows = self._check_rows(rows, coords, out, where)
+        return self._run(self._plan(coords, out, rows), ReadStats(coords.size, coords.size * self.row_bytes), t0)
+
+    def chunks(self, coords, buffer):
+        """Read ``coords`` in order through ``buffer`` (an aligned (k, length) array, k >= 2),
+        split in two halves: yields (chunk_coords, view of the rows read) while the next chunk
+        is read into the other half. A view is valid until the next iteration."""
+        coords = self._check_coords(coords, "chunks")
+        self._check_out(buffer, "chunks", min_rows=2)
+        return self._chunks(coords, buffer)
+
+    def _chunks(self, coords, buffer):
+        half = buffer.shape[0] // 2
+        halves = (buffer[:half], buffer[half:2 * half])
+        parts = [coords[i:i + half] for i in range(0, coords.size, half)]
+        pending = self._start(parts[0], halves[0], None, "chunks") if parts else None
+        try:
+            for i, part in enumerate(parts):
+                pending.result()
+                if i + 1 < len(parts):
+                    pending = self._start(parts[i + 1], halves[(i + 1) % 2], None, "chunks")
+                yield part, halves[i % 2][:part.size]
+        finally:  # left early: no thread may still write into the caller's buffer
+            if pending is not None:
+                pending.exception()
+
+    def _check_coords(self, coords, where):
+        if not self._finalizer.alive:
+            raise ValueError(f"{self!r} is closed")
+        c = np.asarray(coords)
+        if c.size == 0:
+            return np.zeros(0, np.int64)
+        if c.ndim != 1 or c.dtype.kind not in "iu":
+            raise ValueError(f"The 'coords' parameter of DiskMatrix.{where} must be a 1-D array of integers. "
+                             f"Got a {c.ndim}-D {c.dtype} array instead.")
+        if c.min() < 0 or c.max() >= self.shape[0]:
+            bad = c[(c < 0) | (c >= self.shape[0])][0]
+            raise IndexError(f"The 'coords' parameter of DiskMatrix.{where} must hold coordinates in "
+                             f"[0, {self.shape[0]}). Got {bad} instead.")
+        return c.astype(np.int64, copy=False)
+
+    def _check_out(self, out, where, min_rows=0):
+        ok = (isinstance(out, np.ndarray) and out.ndim == 2 and out.shape[1] == self.shape[1]
+              and out.dtype == self.dtype and out.flags.c_contiguous and out.flags.writeable
+              and out.shape[0] >= min_rows)
+        if not ok:
+            got = (f"a {'read-only ' if not out.flags.writeable else ''}{out.shape} {out.dtype} array"
+                   f"{'' if out.flags.c_contiguous else ' (not C-contiguous)'}"
+                   if isinstance(out, np.ndarray) else type(out).__name__)
+            raise ValueError(f"The '{'buffer' if where == 'chunks' else 'out'}' parameter of DiskMatrix.{where} "
+                             f"must be a writeable C-contiguous (k, {self.shape[1]}) {self.dtype} array"
+                             f"{f' with k >= {min_rows}' if min_rows else ''}. Got {got} instead.")
+
+    def _check_rows(self, rows, coords, out, where):
+        if rows is None:
+            if coords.size > out.shape[0]:
+                raise ValueError(f"The 'out' parameter of DiskMatrix.{where} has {out.shape[0]} rows; "
+                                 f"{coords.size} coordinates need as many.")
+            return np.arange(coords.size)
+        r = np.asarray(rows)
+        if r.shape != coords.shape or (r.size and r.dtype.kind not in "iu"):
+            raise ValueError(f"The 'rows' parameter of DiskMatrix.{where} must be {coords.size} integers, "
+                             f"one per coordinate. Got a {r.shape} {r.dtype} array instead.")
+        if r.size and (r.min() < 0 or r.max() >= out.shape[0] or np.unique(r).size != r.size):
+            raise IndexError(f"The 'rows' parameter of DiskMatrix.{where} must be distinct rows of out, "
+                             f"in [0, {out.shape[0]}). Got {r.tolist()[:8]}{'...' if r.size > 8 else ''} instead.")
+        return r.astype(np.int64, copy=False)
+
+    def _plan(self, coords, out, rows):
+        """The requests reading ``coords`` into ``out[rows]``: runs of adjacent coordinates
+        (in file order), cut at ``max_request`` bytes and MAX_IOV rows."""
+        order = np.argsort(coords, kind="stable")
+        c, r = coords[order], rows[order]
+        stride, align = self.row_bytes, self.align or 1
+        view = memoryview(out.reshape(-1).view(np.uint8))
+        # straight into the rows only if every file offset, size and address is aligned
+        direct_ok = (self.offset % align == 0 and stride % align == 0 and out.ctypes.data % align == 0)
+        per_request = max(1, min(self.max_request // stride, MAX_IOV))
+        piece = self.max_request - self.max_request % PAGE  # a coordinate longer than a request is cut
+        reqs = []
+        for run_c, run_r in zip(*(np.split(a, np.flatnonzero(np.diff(c) != 1) + 1) for a in (c, r))):
+            for s in range(0, run_c.size, per_request):
+                cc, rr = run_c[s:s + per_request], run_r[s:s + per_request]
+                start = self.offset + int(cc[0]) * stride
+                if stride > self.max_request:
+                    for p in range(0, stride, piece):
+                        n = min(piece, stride - p)
+                        dst = view[int(rr[0]) * stride + p:int(rr[0]) * stride + p + n]
+                        reqs.append(self._request(start + p, [dst], direct_ok))
+                elif np.all(np.diff(rr) == 1):  # consecutive rows: one destination
+                    reqs.append(self._request(start, [view[int(rr[0]) * stride:(int(rr[-1]) + 1) * stride]], direct_ok))
+                else:
+                    reqs.append(self._request(start, [view[int(x) * stride:(int(x) + 1) * stride] for x in rr], direct_ok))
+        return reqs
+
+    def _request(self, start, dsts, direct_ok):
+        length = sum(d.nbytes for d in dsts)
+        if direct_ok:
+            return _Request(start, length, iov=dsts)
+        lo = start - start % self.align
+        hi = -(-(start + length) // self.align) * self.align
+        pieces, pos = [], start - lo
+        for d in dsts:
+            pieces.append((pos, d))
+            pos += d.nbytes
+        return _Request(lo, hi - lo, pieces=pieces)
+
+    # ---------------------------------------------------------------- execution ---
+    def _bounce(self, n):
+        """This thread's aligned bounce buffer, at least ``n`` bytes."""
+        buf = getattr(self._tls, "buf", None)
+        if buf is None or len(buf) < n:
+            buf = self._tls.buf = mmap.mmap(-1, -(-n // PAGE) * PAGE)
+        return memoryview(buf)[:n]
+
+    def _read(self, q) -> int:
+        """Do one request; the bytes the disk was asked for."""
+        if q.iov:
+            got = _preadv_all(self._fd, q.iov, q.offset)
+        else:
+            buf = self._bounce(q.length)
+            got = _preadv_all(self._fd, [buf], q.offset, to_eof=True)
+            if got < q.pieces[-1][0] + q.pieces[-1][1].nbytes:  # the file shrank since it was opened
+                raise EOFError(f"{self.path} ends at byte {q.offset + got}, before the data its header announces")
+            src = np.frombuffer(buf, np.uint8)
+            for pos, d in q.pieces:
+                np.copyto(np.frombuffer(d, np.uint8), src[pos:pos + d.nbytes])
+        if not self.direct:  # drop the pages just read; DONTNEED drops whole pages only
+            lo = q.offset - q.offset % PAGE
+            hi = -(-(q.offset + got) // PAGE) * PAGE
+            os.posix_fadvise(self._fd, lo, hi - lo, os.POSIX_FADV_DONTNEED)
+            return hi - lo
+        # an aligned read that ends past the end of the file still counts to its aligned
+        # end (as /proc/self/io does: the disk reads whole logical blocks)
+        return q.length
+
+    def _run(self, reqs, stats, t0) -> Future:
+        """Run ``reqs`` on up to ``threads`` workers that pull from one queue; the Future
+        resolves when the last one finishes."""
+        fut = Future()
+        fut.set_running_or_notify_cancel()
+        if not reqs:
+            stats.seconds = time.perf_counter() - t0
+            fut.set_result(stats)
+            return fut
+        queue, lock = iter(reqs), threading.Lock()
+        state = {"left": min(self.threads, len(reqs)), "bytes": 0, "error": None}
+
+        def worker():
+            got = 0
+            try:
+                while state["error"] is None:
+                    with lock:
+                        q = next(queue, None)
+                    if q is None:
+                        break
+                    got += self._read(q)
+            except BaseException as e:  # noqa: BLE001 - handed to the Future
+                state["error"] = state["error"] or e
+            with lock:
+                state["bytes"] += got
+                state["left"] -= 1
+                if state["left"]:
+                    return
+            stats.bytes_read, stats.requests = state["bytes"], len(reqs)
+            stats.seconds = time.perf_counter() - t0
+            with self._lock:
+                self.bytes_read += stats.bytes_read
+                self.read_s += stats.seconds
+                self.useful_bytes += stats.useful_bytes if state["error"] is None else 0
+            if state["error"] is not None:
+                fut.set_exception(state["error"])
+            else:
+                fut.set_result(stats)
+
+        for _ in range(state["left"]):
+            self._pool.submit(worker)
+        return fut
+
+
+def _release(pool, fd):
+    """Close the file (at close(), or when the matrix is collected: then no read is in
+    flight, and this may run in one of the pool's own threads, which cannot wait for itself)."""
+    pool.shutdown(wait=False)
+    os.close(fd)
+
+
+def _preadv_all(fd, bufs, offset, to_eof=False) -> int:
+    """``os.preadv`` until ``bufs`` are full (a read may come back short); at the end of the
+    file an error unless ``to_eof`` (an aligned bounce read may reach past the end)."""
+    want = sum(b.nbytes for b in bufs)
+    got = os.preadv(fd, bufs, offset)
+    while got < want:
+        rest, skip = [], got
+        for b in bufs:
+            if skip >= b.nbytes:
+                skip -= b.nbytes
+            else:
+                rest.append(b[skip:])
+                skip = 0
+        n = os.preadv(fd, rest[:MAX_IOV], offset + got)
+        if n == 0:
+            if to_eof:
+                return got
+            raise EOFError(f"end of file at byte {offset + got}, {want - got} bytes short")
+        got += n
+    return got

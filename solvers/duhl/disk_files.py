@@ -1,0 +1,157 @@
+"""The files of the disk tier: the aligned coordinate-major .npy, written without holding it in RAM.
+
+:func:`write_coordinate_major` writes a plain .npy whose header is padded to 4096 bytes, so
+every coordinate starts at an offset O_DIRECT can read from (``np.save``'s 128-byte header
+puts them all off the 512-byte alignment, which costs :class:`solvers.duhl.disk.DiskMatrix`
+a copy through a bounce buffer). Also the small pieces the reader shares: page-aligned
+buffers, the file-system type, an .npy header read without dragging data into the page cache.
+
+NumPy and the standard library only; Linux (O_DIRECT, posix_fadvise, /proc/self/mounts).
+"""
+
+import io
+import mmap
+import os
+import stat
+import struct
+
+import numpy as np
+
+__all__ = ["aligned_empty", "fs_type", "read_npy_header", "write_coordinate_major"]
+
+PAGE = mmap.PAGESIZE
+RAM_FILE_SYSTEMS = {"tmpfs", "ramfs", "hugetlbfs"}  # O_DIRECT "works" there, but the data is RAM
+HEADER_BYTES = 4096  # write_coordinate_major's data offset: aligned for any O_DIRECT block size
+STAGE_BYTES = 8 << 20  # write_coordinate_major's staging buffer: one write per 8 MB
+
+def aligned_empty(shape, dtype=np.float64, align=4096) -> np.ndarray:
+    """``np.empty`` whose data starts at a multiple of ``align`` (an anonymous mmap is page
+    aligned), so O_DIRECT reads straight into it."""
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if align <= 0 or align & (align - 1) or align > PAGE:
+        raise ValueError(f"The 'align' parameter of aligned_empty must be a power of 2 up to {PAGE}. "
+                         f"Got {align} instead.")
+    buf = mmap.mmap(-1, max(PAGE, -(-nbytes // PAGE) * PAGE))
+    return np.frombuffer(buf, dtype=np.uint8, count=nbytes).view(dtype).reshape(shape)
+
+
+def fs_type(path) -> str:
+    """The type of the file system holding ``path``: the longest mount point that prefixes it."""
+    real, best, kind = os.path.realpath(path), "", "unknown"
+    with open("/proc/self/mounts") as mounts:
+        for line in mounts:
+            _, mnt, typ = line.split()[:3]
+            mnt = mnt.replace("\\040", " ")
+            if (real == mnt or real.startswith(mnt.rstrip("/") + "/")) and len(mnt) >= len(best):
+                best, kind = mnt, typ
+    return kind
+
+
+def read_npy_header(path):
+    """(shape, fortran_order, dtype, data offset, file size) of an .npy. Read with readahead off and
+    the pages dropped after: a plain read of the header makes the kernel read ahead
+    megabytes of data into the page cache."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError(f"{path} is not a file")
+        head, size = os.pread(fd, 1 << 16, 0), st.st_size
+        os.posix_fadvise(fd, 0, 1 << 16, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    f = io.BytesIO(head)
+    try:
+        version = np.lib.format.read_magic(f)
+        read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, fortran, dtype = read(f, max_header_size=1 << 16)
+    except ValueError as e:
+        raise ValueError(f"{path} is not an .npy file ({e})") from None
+    return tuple(shape), bool(fortran), np.dtype(dtype), f.tell(), size
+
+
+def npy_header(shape, dtype, fortran=False, size=HEADER_BYTES) -> bytes:
+    """An .npy (version 1.0) header padded with spaces to ``size`` bytes: still a valid .npy
+    (np.load reads headers up to 10000 bytes), its data aligned for O_DIRECT."""
+    d = repr({"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)), "fortran_order": bool(fortran),
+              "shape": tuple(int(s) for s in shape)}).encode("latin1")
+    return b"\x93NUMPY\x01\x00" + struct.pack("<H", size - 10) + d.ljust(size - 11) + b"\n"
+
+
+def write_coordinate_major(path, n_coords, length, blocks, dtype=np.float64, *, hasher=None, fortran=False) -> int:
+    """Write a C-order (n_coords, length) .npy (``fortran=True``: the same bytes as a
+    Fortran-order (length, n_coords) one) from an iterable of (k, length) blocks, in order,
+    never holding the whole array: the header padded to 4096 bytes, then O_DIRECT writes
+    from an aligned staging buffer (buffered writes + fdatasync + DONTNEED where O_DIRECT is
+    refused, so the page cache keeps nothing either way). ``hasher`` (hashlib-like) gets
+    every data byte. Written to ``path + '.tmp-<pid>'`` and renamed at the end, so a crash
+    never leaves a file at ``path`` that looks complete. Returns the bytes written."""
+    dtype = np.dtype(dtype)
+    n_coords, length = int(n_coords), int(length)
+    header = npy_header((length, n_coords) if fortran else (n_coords, length), dtype, fortran)
+    data_bytes = n_coords * length * dtype.itemsize
+    path = os.fspath(path)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    direct = fs_type(os.path.dirname(os.path.abspath(path))) not in RAM_FILE_SYSTEMS
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | (os.O_DIRECT if direct else 0), 0o644)
+    except OSError:
+        direct, fd = False, os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    stage = aligned_empty((STAGE_BYTES,), np.uint8)
+    stage[:HEADER_BYTES] = np.frombuffer(header, np.uint8)
+    fill, written, done = HEADER_BYTES, 0, 0
+
+    def flush():
+        nonlocal fill, written
+        n = -(-fill // PAGE) * PAGE if direct else fill  # O_DIRECT writes whole pages; truncated at the end
+        if os.pwrite(fd, memoryview(stage)[:n], written) != n:
+            raise OSError(f"short write to {tmp}")
+        if not direct:
+            os.fdatasync(fd)
+            os.posix_fadvise(fd, written, fill, os.POSIX_FADV_DONTNEED)
+        written, fill = written + fill, 0
+
+    try:
+        for block in blocks:
+            b = np.asarray(block)
+            if b.ndim != 2 or b.shape[1] != length:
+                raise ValueError(f"The 'blocks' parameter of write_coordinate_major must yield (k, {length}) "
+                                 f"arrays. Got shape {b.shape} instead.")
+            b = np.ascontiguousarray(b, dtype=dtype).reshape(-1).view(np.uint8)
+            if done + b.size > data_bytes:
+                raise ValueError(f"The 'blocks' parameter of write_coordinate_major must hold {n_coords} "
+                                 f"coordinates. Got at least {(done + b.size) // (length * dtype.itemsize)} instead.")
+            if hasher is not None:
+                hasher.update(b)
+            done += b.size
+            pos = 0
+            while pos < b.size:
+                take = min(stage.size - fill, b.size - pos)
+                stage[fill:fill + take] = b[pos:pos + take]
+                fill, pos = fill + take, pos + take
+                if fill == stage.size:
+                    flush()
+        if done != data_bytes:
+            raise ValueError(f"The 'blocks' parameter of write_coordinate_major must hold {n_coords} "
+                             f"coordinates. Got {done // max(1, length * dtype.itemsize)} instead.")
+        if fill:
+            flush()
+        os.ftruncate(fd, HEADER_BYTES + data_bytes)
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(fd)
+        fd = None
+        os.replace(tmp, path)
+    finally:
+        if fd is not None:
+            os.close(fd)
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    dirfd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+    try:  # the rename itself survives a power cut
+        os.fsync(dirfd)
+    finally:
+        os.close(dirfd)
+    return HEADER_BYTES + data_bytes
