@@ -14,6 +14,7 @@ import scipy.sparse as sp
 
 from solvers.duhl.budget import split_budget, unit_bytes
 from solvers.duhl.devices import free_device_bytes, make_device
+from solvers.duhl.disk import aligned_empty
 
 
 def _by_coordinate(rows, row_coord):
@@ -54,21 +55,21 @@ class ResidentSet:
 
     def run_round(self, state, rng, passes, with_gaps=True, active=None, prefetch=None):
         """``passes`` epochs over the resident set (only its ``active`` coordinates,
-        when given), then the gaps of all of it; meanwhile the coordinates
-        ``prefetch`` are staged for the next swap. Returns (updates, coords, gaps, s), the
-        last two None without ``with_gaps``; s_i = <A_i, u> feeds the tight certificate."""
+        when given), then the gaps of all of it; meanwhile the coordinates ``prefetch``
+        are staged for the next swap. Returns (updates, coords, gaps, s), the last two None without
+        ``with_gaps``; s_i = <A_i, u> feeds the tight certificate."""
         dev = self.device
         with dev.context():
             st = dev.begin_round(state)
+            if prefetch is not None and self.staging_bytes:  # issued first: it travels while we compute
+                before = dev.bytes_h2d
+                self.prefetch(np.asarray(prefetch, dtype=np.int64))
+                self.bytes_prefetched += dev.bytes_h2d - before
             visit = self._visit(active)
             updates = 0
             for _ in range(passes):
                 updates += self._epoch(rng.permutation(visit), st)
             coords, gaps, s = self._gaps(st) if with_gaps else (self.resident(), None, None)
-            if prefetch is not None and self.staging_bytes:
-                before = dev.bytes_h2d
-                self.prefetch(np.asarray(prefetch, dtype=np.int64))
-                self.bytes_prefetched += dev.bytes_h2d - before
             dev.end_round(state, st)
             if gaps is None:
                 return updates, coords, None, None
@@ -91,8 +92,11 @@ class DenseResidentSet(ResidentSet):
         n_stage = 0 if self.whole else min(int(n_stage), A.shape[0] - n_slots)
         self.row_coord = np.full(n_slots + n_stage, -1, dtype=np.int64)  # -1: an empty row
         self.in_block = np.zeros(n_slots + n_stage, dtype=bool)
+        self._pending = []  # reads from disk into staging rows still in flight
         if self.whole and device.name == "cpu":
             self.data = A  # zero-copy: everything is resident
+        elif problem.on_disk:  # page-aligned rows: the disk reads straight into them
+            self.data = aligned_empty((n_slots + n_stage, A.shape[1]), A.dtype)
         else:
             with device.context():
                 self.data = device.xp.empty((n_slots + n_stage, A.shape[1]), dtype=A.dtype)
@@ -104,8 +108,15 @@ class DenseResidentSet(ResidentSet):
         return self.row_coord[self.in_block]
 
     def _set_rows(self, rows, coords, prefetch=False):
-        """Copy the coordinates' data host->device into ``rows``."""
+        """Copy the coordinates' data host->device into ``rows`` (from disk when the data is there)."""
         if self.data is self.problem.A:  # zero-copy whole block: a logical load, counted
+            self.device.bytes_h2d += int(self.problem.coord_bytes[coords].sum())
+        elif self.problem.on_disk:
+            A = self.problem.A
+            if prefetch:
+                self._pending.append(A.prefetch_rows(coords, self.data, rows))
+            else:
+                A.read_rows(coords, self.data, rows)
             self.device.bytes_h2d += int(self.problem.coord_bytes[coords].sum())
         else:
             self.device.upload_rows(self.data, rows, self.problem.A[coords], prefetch=prefetch)
@@ -116,6 +127,7 @@ class DenseResidentSet(ResidentSet):
         """Make ``coords`` the block; copies only coordinates no row holds. Returns
         how many coordinates joined the block."""
         coords = np.asarray(coords, dtype=np.int64)
+        self._settle_reads()
         with self.device.context():
             self.device.settle()
             joined = ~np.isin(coords, self.row_coord[self.in_block])
@@ -133,9 +145,16 @@ class DenseResidentSet(ResidentSet):
             self.in_block = held
         return int(np.count_nonzero(joined))
 
+    def _settle_reads(self):
+        """Wait for the disk reads into staging rows (before those rows are used or reused)."""
+        for read in self._pending:
+            read.result()
+        self._pending = []
+
     def prefetch(self, coords):
         """Copy ``coords`` not yet on the device into rows outside the block (empty
         rows first), on the copy stream: the next assign finds them there."""
+        self._settle_reads()
         wanted = coords[~np.isin(coords, self.row_coord)]
         rows = np.flatnonzero(~self.in_block & ~np.isin(self.row_coord, coords))
         rows = rows[np.argsort(self.row_coord[rows] >= 0, kind="stable")]

@@ -26,6 +26,7 @@ import numpy as np
 
 from solvers.duhl.budget import parse_budget, split_budget
 from solvers.duhl.inmemory import solve_in_memory
+from solvers.duhl.on_disk import DEFAULT_BUFFER_BYTES, available_ram
 from solvers.duhl.resident import make_resident_set
 from solvers.duhl.swaps import MAX_PASSES_PER_ROUND, solve_with_swaps
 from solvers.glm.checks import check_params
@@ -69,11 +70,18 @@ class DuHL:
         shrinking: a working set, inside the block when part of the data is
         resident); every gap pass still covers all coordinates, so the
         certificate is unchanged.
-    refresh : "auto", "all" or float > 0
+    refresh : "auto", "all" or float >= 0
         Part of the data resident: how many stale gaps the host refreshes in a
         round that does not certify, as a multiple of the bytes the device
-        touches in it ("auto": 1, the host as busy as the device); "all":
-        every round refreshes every stale gap and certifies its start state.
+        touches in it ("auto": as long as the device computes: 1 with the data
+        in RAM, the disk's rate over the gap kernel's rate, measured on the first
+        pass, with the data on disk; 0: only certifying passes); "all": every
+        round refreshes every stale gap and certifies its start state.
+    host_budget : None, float in (0, 1] or str
+        Data on disk (a problem from solvers.glm.problems.make_problem_on_disk):
+        the RAM the data may use, as a share of its bytes or a size such as
+        "2GB", read buffers included; None loads it all into RAM (refused when
+        it does not fit). With device="cpu" the RAM tier is the block.
     keep_iterates : int >= 0
         Keep a copy of ``a`` at each of the first ``keep_iterates`` trace rows (the
         state each row certifies), as ``result.iterates``: for inspecting a run.
@@ -103,7 +111,7 @@ class DuHL:
     def __init__(self, memory_budget=None, selection="gap", local_epochs=1, tol=1e-6,
                  max_epochs=1000, max_time=None, device="cpu", random_state=None, callback=None,
                  gap_every="auto", shrinking=True, prefetch="auto", gap_kernel="tpa",
-                 concurrency="auto", keep_iterates=0, refresh="auto"):
+                 concurrency="auto", keep_iterates=0, refresh="auto", host_budget=None):
         self.memory_budget = memory_budget
         self.selection = selection
         self.local_epochs = local_epochs
@@ -120,6 +128,7 @@ class DuHL:
         self.concurrency = concurrency
         self.keep_iterates = keep_iterates
         self.refresh = refresh
+        self.host_budget = host_budget
         self._validate(self.owner)
 
     def _validate(self, owner):
@@ -128,37 +137,68 @@ class DuHL:
                      max_time=self.max_time, device=self.device, random_state=self.random_state,
                      gap_every=self.gap_every, shrinking=self.shrinking, prefetch=self.prefetch,
                      gap_kernel=self.gap_kernel, concurrency=self.concurrency,
-                     keep_iterates=self.keep_iterates, refresh=self.refresh)
+                     keep_iterates=self.keep_iterates, refresh=self.refresh, host_budget=self.host_budget)
         if self.gap_kernel == "blas" and self.device == "cpu":
             raise ValueError(f"The 'gap_kernel' parameter 'blas' of {owner} runs on device='cuda' or "
                              "'cuda_sim' (the CPU computes gaps with its own kernels). Got device='cpu'.")
 
-    def _prefetch_share(self):
-        if self.prefetch == "auto":
-            return 0.2 if self.device in ("cuda", "cuda_sim") else 0.0
+    def _prefetch_share(self, problem):
+        if self.prefetch == "auto":  # a copy overlaps compute on a GPU, a disk read anywhere
+            return 0.2 if self.device in ("cuda", "cuda_sim") or problem.on_disk else 0.0
         return float(self.prefetch)
 
-    def _budget_bytes(self, problem):
+    def _budget_bytes(self, problem, name="memory_budget", reserved=0):
+        """The block's budget in bytes (None: everything resident), checked; ``reserved``
+        bytes of it go to read buffers."""
+        value = getattr(self, name)
         coord_bytes = problem.coord_bytes
         total = int(coord_bytes.sum())
-        budget = parse_budget(self.memory_budget, total)
+        budget = parse_budget(value, total)
         if budget is None:
             return None
         if budget >= total:
             if budget > total:
-                self._notes.append(f"memory_budget {self.memory_budget!r} ({budget} bytes) holds all "
+                self._notes.append(f"{name} {value!r} ({budget} bytes) holds all "
                                    f"{total} bytes of data: everything resident, as with None")
             return None
+        budget -= reserved
         largest = int(coord_bytes.max())
         if budget < largest:
-            raise ValueError(f"The 'memory_budget' parameter of {self.owner} ({self.memory_budget!r} = "
-                             f"{budget} bytes) is below one coordinate's data ({largest} bytes).")
-        block = split_budget(problem, budget, self._prefetch_share())[0]
+            raise ValueError(f"The '{name}' parameter of {self.owner} ({value!r} = {budget + reserved} "
+                             f"bytes{f', {reserved} for read buffers' if reserved else ''}) is below one "
+                             f"coordinate's data ({largest} bytes).")
+        block = split_budget(problem, budget, self._prefetch_share(problem))[0]
         if block < largest:
             raise ValueError(f"The 'prefetch' parameter of {self.owner} ({self.prefetch!r}) leaves "
-                             f"{block} bytes of the {budget}-byte memory_budget "
+                             f"{block} bytes of the {budget}-byte {name} "
                              f"for the block, below one coordinate's data ({largest} bytes).")
         return budget
+
+    def _ram_tier(self, problem):
+        """Data on disk: (the problem, the block's budget). Loaded into RAM when host_budget
+        holds it all (or is None and it fits); else the block is the RAM tier."""
+        total = problem.A.nbytes
+        budget = parse_budget(self.host_budget, total)
+        if budget is None or budget >= total:
+            free = available_ram()
+            if budget is None and free is not None and total > free:
+                raise ValueError(f"The data on disk ({total / 1e9:.2f} GB) does not fit in the RAM "
+                                 f"available ({free / 1e9:.2f} GB): set {self.owner}'s 'host_budget' "
+                                 f"(e.g. '{max(1, free // 4 // 10**9)}GB').")
+            self._notes.append(f"host_budget {self.host_budget!r} holds all {total} bytes of data: "
+                               "read into RAM once")
+            return problem.in_memory(), self._budget_bytes(problem)
+        if self.device != "cpu":
+            raise ValueError(f"The 'host_budget' parameter of {self.owner} works with device='cpu' so far "
+                             f"(the RAM block is the device); got device={self.device!r}.")
+        if self.memory_budget is not None:
+            raise ValueError(f"{self.owner}: with the data on disk and device='cpu' the block is the RAM "
+                             f"tier, sized by 'host_budget'; leave 'memory_budget' None "
+                             f"(got {self.memory_budget!r}).")
+        row = problem.A.shape[1] * problem.A.itemsize
+        buffer = max(2 * row, min(DEFAULT_BUFFER_BYTES, budget // 8) // row * row)
+        problem.A.buffer_bytes = buffer
+        return problem, self._budget_bytes(problem, "host_budget", reserved=buffer)
 
     def _stop(self, updates, n, t0):
         """The status that ends the run now, or None."""
@@ -174,7 +214,10 @@ class DuHL:
         if self.gap_kernel == "blas" and problem.sparse:
             raise ValueError(f"The 'gap_kernel' parameter 'blas' of {self.owner} needs dense data (a cuBLAS "
                              "matrix-vector product); use gap_kernel='tpa' for sparse data.")
-        budget = self._budget_bytes(problem)
+        if problem.on_disk:
+            problem, budget = self._ram_tier(problem)
+        else:
+            budget = self._budget_bytes(problem)
         rng = np.random.default_rng(self.random_state)
         t0 = time.perf_counter()
         n = problem.n_coords
@@ -189,16 +232,19 @@ class DuHL:
             status, rounds, counters = self._solve_in_memory(problem, a, z, off, rng, trace, t0)
             bytes_h2d, hits, prefetched = int(problem.coord_bytes.sum()), 0, 0
         else:
-            rset = make_resident_set(problem, budget, self.device, prefetch=self._prefetch_share(),
+            rset = make_resident_set(problem, budget, self.device, prefetch=self._prefetch_share(problem),
                                       gap_kernel=self.gap_kernel, concurrency=self.concurrency)
             status, rounds, counters = solve_with_swaps(self, problem, rset, a, z, off, rng, trace, t0,
                                                         self._iterates)
             bytes_h2d, hits, prefetched = rset.bytes_h2d, rset.prefetch_hits, rset.bytes_prefetched
         updates, dual_best = counters
-        elapsed = trace.rows[-1]["time_s"]
-        # re-evaluate from a alone (outside the timed loop): no drift in z can hide in the result
-        z, off = problem.state_from(a)
-        primal, dual, gap, _ = problem.certify(a, z, off, dual_best=dual_best)
+        last = trace.rows[-1]
+        elapsed = last["time_s"]
+        if problem.on_disk:  # the last row certifies the state returned; a re-evaluation is a full read
+            primal, dual, gap = last["primal"], last["dual"], last["gap"]
+        else:  # re-evaluate from a alone (outside the timed loop): no drift in z can hide in the result
+            z, off = problem.state_from(a)
+            primal, dual, gap, _ = problem.certify(a, z, off, dual_best=dual_best)
         v = z / problem.c + problem.b
         return DuHLResult(a=a, v=v, trace=trace.frame(), status=status, primal=primal, dual=dual, gap=gap,
                           rel_gap=gap / problem.P0 if problem.P0 > 0 else 0.0, time_s=elapsed,

@@ -116,6 +116,17 @@ class Certifier:
         self.next_round = rnd + self.wait
 
 
+def refresh_ratio(refresh, problem):
+    """Bytes the host refreshes per byte the device touches. "auto": as long as the device
+    computes: 1 in RAM; on disk, the disk's rate over the gap kernel's on the first pass."""
+    if refresh != "auto":
+        return 0.0 if refresh == "all" else float(refresh)
+    A = problem.A
+    if not problem.on_disk or A.read_s <= 0 or A.compute_s <= 0:
+        return 1.0
+    return (A.matrix.useful_bytes / A.read_s) / (A.compute_bytes / A.compute_s)
+
+
 def solve_with_swaps(solver, problem, rset, a, z, off, rng, trace, t0, iterates):
     """The loop of :class:`solvers.duhl.solver.DuHL` with a resident set ``rset``.
     Returns (status, rounds, (updates, best dual value))."""
@@ -124,8 +135,11 @@ def solve_with_swaps(solver, problem, rset, a, z, off, rng, trace, t0, iterates)
     coord_bytes = problem.coord_bytes
     state = (a, z, off)
     policy = Policy(solver.selection, coord_bytes, rset.capacity_bytes, problem.sqnorm, _child(rng))
-    ratio = 1.0 if solver.refresh == "auto" else solver.refresh
     dual_best = -np.inf
+    on_disk = problem.on_disk
+
+    def disk_columns():
+        return {"bytes_disk": problem.A.bytes_read, "disk_s": problem.A.read_s} if on_disk else {}
 
     def record(rnd, st, estimate, updates, swaps, exact=True):
         """A row for state st: certified when every gap in ``estimate`` is at st."""
@@ -141,11 +155,12 @@ def solve_with_swaps(solver, problem, rset, a, z, off, rng, trace, t0, iterates)
                      primal=primal, dual=dual, gap=gap, rel_gap=gap / problem.P0 if problem.P0 > 0 else 0.0,
                      certified=int(exact), bytes_h2d=rset.bytes_h2d, swaps=swaps,
                      n_resident=len(rset.resident()), prefetch_hits=rset.prefetch_hits,
-                     bytes_prefetched=rset.bytes_prefetched)
+                     bytes_prefetched=rset.bytes_prefetched, **disk_columns())
         return gap
 
     # gaps at the start state, all known: the first selection and round 0's row
     memory = GapMemory(*problem.coordinate_gaps(a, z, off, with_s=True), coord_bytes)
+    ratio = refresh_ratio(solver.refresh, problem)
     updates, swaps, rnd = 0, 0, 0
     estimate = record(0, state, memory.estimate(), 0, 0)
     status = "converged" if estimate <= tol_abs else None
@@ -187,8 +202,10 @@ def solve_with_swaps(solver, problem, rset, a, z, off, rng, trace, t0, iterates)
             exact = certifier.due(rnd, estimate, stale_bytes)
             if exact:
                 todo = stale
-            else:
+            elif ratio > 0:
                 todo = memory.plan(ratio * (passes * int(coord_bytes[visit].sum()) + block_bytes))
+            else:
+                todo = stale[:0]
             # the host reads the start state while the device moves on from it (a small
             # refresh costs less than a thread hand-off: done here, before the round)
             snapshot = (a.copy(), z.copy(), off.copy())

@@ -197,7 +197,8 @@ RULES: Mapping[str, Rule] = {
     "gap_kernel": Options(("tpa", "blas")),
     "concurrency": AUTO_OR_POSITIVE_INT,
     "keep_iterates": Integer(0),
-    "refresh": Either("auto", "all", Real(0, None, "neither")),
+    "refresh": Either("auto", "all", Real(0, None, "left")),
+    "host_budget": Either(None, Real(0, 1, "right"), Size()),
     # CoCoA+ and DIANA
     "n_parts": Integer(1),
     "aggregation": Options(("adding", "averaging")),

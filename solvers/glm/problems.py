@@ -10,6 +10,7 @@ named ``params`` and its kernel parameters ``theta`` (:mod:`solvers.glm.models`)
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -52,6 +53,15 @@ class Problem:
         return sp.issparse(self.A)
 
     @property
+    def on_disk(self):
+        """Whether A lives on disk (solvers.duhl.on_disk.OnDisk), read a set of coordinates at a time."""
+        return getattr(self.A, "on_disk", False)
+
+    def in_memory(self):
+        """The same problem with A read into RAM (itself when it is there)."""
+        return dataclasses.replace(self, A=self.A.load()) if self.on_disk else self
+
+    @property
     def coord_bytes(self):
         """Bytes of each coordinate's data (values, plus int32 indices when sparse)."""
         if self.sparse:
@@ -61,7 +71,9 @@ class Problem:
 
     def state_from(self, a):
         """(z, off) for coefficients a: z = c (A^T a - b), off = [mean of A^T a]."""
-        if self.sparse:
+        if self.on_disk:  # reads the coordinates with a_i != 0
+            v = self.A.dot_t(a)
+        elif self.sparse:
             v = np.asarray(self.A.T @ a, dtype=np.float64)
         else:  # float64 accumulation without an upcast copy of all the data
             v = np.zeros(self.A.shape[1])
@@ -77,7 +89,9 @@ class Problem:
         coords = np.arange(self.n_coords) if coords is None else np.asarray(coords, np.int64)
         out, s = np.empty(coords.shape[0]), np.empty(coords.shape[0])
         args = (coords, coords, a, z, off, self.mu, self.c, self.theta, out, s)
-        if self.sparse:
+        if self.on_disk:
+            self.A.gaps(coords, a, z, off, self.mu, self.c, self.theta, out, s)
+        elif self.sparse:
             cpu.gaps_sparse(self.A.indptr, self.A.indices, self.A.data, *args)
         else:
             cpu.gaps_dense(self.A, *args)
@@ -179,9 +193,12 @@ def make_problem(name, X, y, owner=None, **params):
 
 def _regression_problem(model, X, y, params):
     n, d = X.shape
-    fit_intercept = params["fit_intercept"]
     A = _coordinate_major(X, by_feature=True)
-    sums, sq = _row_stats(A)
+    return _regression_from(model, A, y, params, n, d, *_row_stats(A))
+
+
+def _regression_from(model, A, y, params, n, d, sums, sq):
+    fit_intercept = params["fit_intercept"]
     y_mean = float(y.mean()) if fit_intercept else 0.0
     b = y - y_mean
     if fit_intercept:
@@ -195,6 +212,24 @@ def _regression_problem(model, X, y, params):
     return Problem(name=model.name, A=A, b=b, c=c, mu=mu, sqnorm=sqnorm, theta=model.theta(params, P0),
                    params=params, P0=P0, dual_form=False, n_samples=n, n_features=d,
                    info={"x_mean": mu.copy(), "y_mean": y_mean, "fit_intercept": fit_intercept})
+
+
+def make_problem_on_disk(name, data, y, row_stats=None, owner=None, **params):
+    """A regression :class:`Problem` whose coordinate data (feature columns) stay on disk:
+    ``data`` is a solvers.duhl.on_disk.OnDisk of the (n_features, n_samples) matrix X^T.
+    ``row_stats`` = (sum, sum of squares) of each feature, if the store recorded them
+    (else one pass over the data computes them)."""
+    model = get_model(name)
+    if model.classifier:
+        raise ValueError(f"data on disk is built for the regression models (lasso, ridge, elastic_net) so "
+                         f"far; {model.estimator} needs its data in memory.")
+    params = model_params(name, owner, **params)
+    y = check_array(y, ensure_2d=False, dtype=np.float64, input_name="y")
+    d, n = data.shape
+    if y.shape != (n,):
+        raise ValueError(f"y has shape {y.shape}; the data on disk holds {n} samples of {d} features.")
+    sums, sq = data.row_stats() if row_stats is None else (np.asarray(row_stats[0]), np.asarray(row_stats[1]))
+    return _regression_from(model, data, y, params, n, d, sums, sq)
 
 
 def _classification_problem(model, X, y, params):

@@ -1,0 +1,111 @@
+"""A problem's coordinate data on disk: what a Problem and a resident set ask of it.
+
+:class:`OnDisk` wraps a :class:`solvers.duhl.disk.DiskMatrix` (row i = coordinate
+i, read past the page cache) and gives :class:`solvers.glm.problems.Problem` the
+few operations it needs without the data in RAM: coordinate gaps of a set of
+coordinates (read in chunks through a buffer, the next chunk read while the
+kernel runs on this one), A^T a (only the coordinates with a_i != 0 are read),
+row statistics in one pass, and reads of chosen coordinates into a resident
+block. Every byte it reads is counted by the matrix (``bytes_read``, ``read_s``).
+"""
+
+import time
+
+import numpy as np
+
+from solvers.duhl.disk import DiskMatrix, aligned_empty
+from solvers.kernels import cpu
+
+DEFAULT_BUFFER_BYTES = 64 << 20
+
+
+class OnDisk:
+    on_disk = True
+    ndim = 2
+
+    def __init__(self, matrix, buffer_bytes=DEFAULT_BUFFER_BYTES):
+        self.matrix = matrix if isinstance(matrix, DiskMatrix) else DiskMatrix(matrix)
+        self.shape = self.matrix.shape
+        self.dtype = self.matrix.dtype
+        self.itemsize = self.dtype.itemsize
+        self.nbytes = self.matrix.nbytes
+        self.compute_s = 0.0  # seconds of gap kernels on data read from disk (the host's compute rate)
+        self.compute_bytes = 0
+        self._buffer = None
+        self.buffer_bytes = int(buffer_bytes)
+
+    def __repr__(self):
+        return f"OnDisk({self.matrix!r})"
+
+    @property
+    def bytes_read(self):
+        return self.matrix.bytes_read
+
+    @property
+    def read_s(self):
+        return self.matrix.read_s
+
+    def buffer(self):
+        """The read buffer (two halves: one read while the other computes), allocated on
+        first use; at least two coordinates."""
+        rows = max(2, self.buffer_bytes // max(1, self.matrix.row_bytes))
+        rows = min(rows, 2 * max(1, self.shape[0]))
+        if self._buffer is None or self._buffer.shape[0] != rows:
+            self._buffer = aligned_empty((rows, self.shape[1]), self.dtype)
+        return self._buffer
+
+    def chunks(self, coords):
+        return self.matrix.chunks(np.asarray(coords, dtype=np.int64), self.buffer())
+
+    def gaps(self, coords, a, z, off, mu, c, theta, out, out_s):
+        """out[k], out_s[k] = gap and s of coordinate coords[k] at (a, z, off)."""
+        done = 0
+        for part, rows in self.chunks(coords):
+            k = part.shape[0]
+            start = time.perf_counter()
+            cpu.gaps_dense(rows, np.arange(k), part, a, z, off, mu, c, theta, out[done:done + k],
+                           out_s[done:done + k])
+            self.compute_s += time.perf_counter() - start
+            self.compute_bytes += rows.nbytes
+            done += k
+
+    def dot_t(self, a):
+        """A^T a in float64, reading only the coordinates with a_i != 0."""
+        v = np.zeros(self.shape[1])
+        support = np.flatnonzero(a)
+        for part, rows in self.chunks(support):
+            v += a[part] @ rows.astype(np.float64, copy=False)
+        return v
+
+    def row_stats(self):
+        """(sum, sum of squares) of every coordinate's data, in float64: one pass."""
+        sums, sq = np.empty(self.shape[0]), np.empty(self.shape[0])
+        for part, rows in self.chunks(np.arange(self.shape[0])):
+            sums[part], sq[part] = cpu.dense_row_stats(rows)
+        return sums, sq
+
+    def read_rows(self, coords, out, rows):
+        """out[rows[k]] = coordinate coords[k], now."""
+        self.matrix.read_into(np.asarray(coords, np.int64), out, np.asarray(rows, np.int64))
+
+    def prefetch_rows(self, coords, out, rows):
+        """The same in the background: a future."""
+        return self.matrix.prefetch(np.asarray(coords, np.int64), out, np.asarray(rows, np.int64))
+
+    def load(self):
+        """All the data in RAM (a C-contiguous array): when a budget holds it all."""
+        out = aligned_empty(self.shape, self.dtype)
+        self.matrix.read_into(np.arange(self.shape[0]), out)
+        return out
+
+
+def available_ram():
+    """Bytes of RAM available to a new allocation (MemAvailable), or None where unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None

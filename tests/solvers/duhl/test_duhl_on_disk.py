@@ -1,0 +1,124 @@
+"""DuHL with the data on disk (host_budget): the RAM block is the fast tier, the rest is read
+from disk past the page cache, and the answer is the one in memory.
+
+Oracles: scikit-learn's Lasso/ElasticNet on the same matrix loaded by np.load; the same DuHL
+run with the data in RAM and the same block (its iterates); mincore(2) for the page cache
+(tests.solvers.duhl.test_disk.resident_bytes); the byte sizes of the arrays themselves.
+"""
+
+import numpy as np
+import pytest
+from sklearn.linear_model import ElasticNet as SkElasticNet
+from sklearn.linear_model import Lasso as SkLasso
+
+from solvers.duhl import solver as duhl_solver
+from solvers.duhl.disk import write_coordinate_major
+from solvers.duhl.on_disk import OnDisk
+from solvers.duhl.solver import DuHL
+from solvers.glm.problems import make_problem, make_problem_on_disk
+from tests.solvers.duhl.test_disk import drop_cache, resident_bytes
+
+N, D = 400, 300
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """X (N x D, 30 informative features) in a Fortran-order .npy written a block of columns at a time."""
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((N, D))
+    w = np.zeros(D)
+    w[rng.choice(D, 30, replace=False)] = rng.standard_normal(30)
+    y = X @ w + 0.1 * rng.standard_normal(N) + 2.0
+    path = tmp_path_factory.mktemp("disk") / "X.npy"
+    write_coordinate_major(path, D, N, (X[:, j:j + 64].T for j in range(0, D, 64)), fortran=True)
+    np.testing.assert_array_equal(np.load(path), X)
+    return path, X, y
+
+
+def alpha_of(X, y, frac=0.05):
+    return frac * np.abs(X.T @ (y - y.mean())).max() / len(y)
+
+
+@pytest.mark.parametrize("fit_intercept", [False, True])
+@pytest.mark.parametrize("model", ["lasso", "elastic_net"])
+def test_on_disk_reaches_scikit_learns_optimum(store, model, fit_intercept):
+    path, X, y = store
+    alpha = alpha_of(X, y)
+    params = {"alpha": alpha, "fit_intercept": fit_intercept}
+    sk_cls = SkLasso
+    if model == "elastic_net":
+        params["l1_ratio"] = 0.7
+        sk_cls = SkElasticNet
+    problem = make_problem_on_disk(model, OnDisk(path), y, **params)
+    r = DuHL(host_budget=0.25, tol=1e-10, random_state=0).solve(problem)
+    assert r.status == "converged"
+    sk = sk_cls(tol=1e-14, max_iter=100_000, **params).fit(X, y)
+    ref = make_problem(model, X, y, **params)
+    p_sk = ref.certify(sk.coef_, *ref.state_from(sk.coef_))[0]
+    p_ours = ref.certify(r.a, *ref.state_from(r.a))[0]  # scored in memory, by the same code as scikit-learn's
+    assert p_ours <= p_sk + 1e-9 * ref.P0
+    np.testing.assert_allclose(r.a, sk.coef_, atol=1e-5)
+    assert problem.A.bytes_read > 0
+
+
+def test_same_iterates_as_the_same_block_in_ram(store):
+    """With every gap refreshed each round, the disk tier only changes where the block's
+    rows come from: the iterates equal the in-memory run's with the same block budget."""
+    path, X, y = store
+    alpha = alpha_of(X, y)
+    on_disk = make_problem_on_disk("lasso", OnDisk(path), y, alpha=alpha, fit_intercept=False)
+    r_disk = DuHL(host_budget=0.3, tol=1e-9, random_state=0, refresh="all").solve(on_disk)
+    block = int(0.3 * X.nbytes) - on_disk.A.buffer_bytes  # the read buffer's share of the host budget
+    in_ram = make_problem("lasso", X, y, alpha=alpha, fit_intercept=False)
+    r_ram = DuHL(memory_budget=f"{block}B", prefetch=0.2, tol=1e-9, random_state=0, refresh="all").solve(in_ram)
+    assert r_disk.n_rounds == r_ram.n_rounds > 1
+    np.testing.assert_allclose(r_disk.a, r_ram.a, rtol=0, atol=1e-12)
+
+
+def test_ram_for_data_stays_within_host_budget_and_the_page_cache_empty(store, monkeypatch):
+    path, X, y = store
+    drop_cache(path)
+    made = []
+    real = duhl_solver.make_resident_set
+    monkeypatch.setattr(duhl_solver, "make_resident_set", lambda *a, **k: made.append(real(*a, **k)) or made[-1])
+    budget = int(0.25 * X.nbytes)
+    problem = make_problem_on_disk("lasso", OnDisk(path), y, alpha=alpha_of(X, y), fit_intercept=False)
+    r = DuHL(host_budget=f"{budget}B", tol=1e-9, random_state=0).solve(problem)
+    assert r.status == "converged" and len(made) == 1
+    rset = made[0]
+    held = rset.data.nbytes + problem.A.buffer().nbytes  # block (prefetch slots included) + read buffer
+    assert held <= budget, (rset.data.nbytes, problem.A.buffer().nbytes, budget)
+    assert resident_bytes(path) == 0
+    # every byte read is in the trace; the reads include one full pass (row statistics, first gaps)
+    assert r.trace["bytes_disk"].iloc[-1] <= problem.A.bytes_read
+    assert problem.A.bytes_read >= X.nbytes
+
+
+def test_a_budget_that_holds_the_data_reads_it_once(store):
+    path, X, y = store
+    problem = make_problem_on_disk("lasso", OnDisk(path), y, row_stats=(X.sum(0), (X * X).sum(0)),
+                                   alpha=alpha_of(X, y), fit_intercept=True)
+    r = DuHL(host_budget="1GB", tol=1e-9, random_state=0).solve(problem)
+    assert r.status == "converged"
+    assert any("read into RAM once" in note for note in r.notes)
+    assert problem.A.bytes_read == X.nbytes  # the header's page is not data: exactly the matrix
+
+
+@pytest.mark.parametrize("bad, message", [
+    (dict(host_budget=0.0), r"The 'host_budget' parameter of DuHL .*Got 0.0"),
+    (dict(host_budget="-1GB"), r"The 'host_budget' parameter of DuHL .*Got '-1GB'"),
+    (dict(host_budget="8B"), r"The 'host_budget' parameter of DuHL .*below one coordinate's data"),
+    (dict(host_budget=0.25, device="cuda_sim"), r"'host_budget' parameter of DuHL works with device='cpu'"),
+    (dict(host_budget=0.25, memory_budget=0.5), r"leave 'memory_budget' None"),
+])
+def test_bad_budgets_name_the_parameter(store, bad, message):
+    path, X, y = store
+    problem = make_problem_on_disk("lasso", OnDisk(path), y, alpha=alpha_of(X, y), fit_intercept=False)
+    with pytest.raises(ValueError, match=message):
+        DuHL(**bad).solve(problem)
+
+
+def test_classifiers_on_disk_are_refused_by_name(store):
+    path, X, y = store
+    with pytest.raises(ValueError, match="regression models .* LinearSVC needs its data in memory"):
+        make_problem_on_disk("svm", OnDisk(path), np.sign(y))
