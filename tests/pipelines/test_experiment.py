@@ -270,11 +270,11 @@ def test_a_continuous_target_split_for_a_classifier_is_said_and_tagged(experimen
     assert "labels: the target is continuous" in capsys.readouterr().out
     parent, arms = family(experiment.uri)
     assert "median" in parent.data.tags["labels"]
-    assert arms["gap"].data.tags["status"] == "converged"
+    assert arms["duhl-gap"].data.tags["status"] == "converged"
 
 
 def test_an_arm_stopped_by_its_limit_says_so(experiment):
     experiment(*TINY, "experiment=single", "experiment.target_rel_gap=1e-300", "solver.max_epochs=3")
     _, arms = family(experiment.uri)
-    assert arms["gap"].data.tags["status"] == "max_epochs"
-    assert arms["gap"].data.metrics["reached_target"] == 0
+    assert arms["duhl-gap"].data.tags["status"] == "max_epochs"
+    assert arms["duhl-gap"].data.metrics["reached_target"] == 0

@@ -6,7 +6,6 @@ Debian's chromium and the `ui` extra); screenshots go to bench-results/ui/."""
 
 import contextlib
 import io
-import json
 import os
 import re
 import shutil
