@@ -22,7 +22,7 @@ from mlflow.tracking import MlflowClient
 from conftest import PROJECT_ROOT, TINY, compose_config
 from pipelines.ui import COMPARISONS_VIEW, view_link
 
-pytestmark = pytest.mark.ui
+pytestmark = [pytest.mark.ui, pytest.mark.timeout(600)]  # the first test also makes the store
 sync_api = pytest.importorskip("playwright.sync_api", reason="needs the ui extra: make test-ui")
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 SHOTS = PROJECT_ROOT / "bench-results" / "ui"
