@@ -13,7 +13,7 @@ PORT   ?= 5000
 MLFLOW_DB ?= mlflow.db
 
 .DEFAULT_GOAL := help
-.PHONY: help install install-gpu experiment sweep ui test test-multihost test-gpu bench bench-solvers bench-gpu bench-data
+.PHONY: help install install-gpu experiment sweep ui test test-ui test-multihost test-gpu bench bench-solvers bench-gpu bench-data
 
 help:  ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
@@ -28,22 +28,33 @@ $(STAMP): pyproject.toml | $(PY)
 
 install: $(STAMP)  ## create .venv and install the project (once per pyproject.toml)
 
+# PORT: the links printed after a run point at `make ui PORT=...`.
 experiment: $(STAMP)  ## run the default experiment (ARGS="key=value ..." for overrides)
-	$(PY) -m pipelines.experiment $(ARGS)
+	PORT=$(PORT) $(PY) -m pipelines.experiment $(ARGS)
 
 sweep: $(STAMP)  ## an example multirun: device budgets x models, one MLflow sweep run
-	$(PY) -m pipelines.experiment -m device.memory_budget=0.1,0.25,0.5 model=lasso,svm $(ARGS)
+	PORT=$(PORT) $(PY) -m pipelines.experiment -m device.memory_budget=0.1,0.25,0.5 model=lasso,svm $(ARGS)
 
 ui: $(STAMP)  ## the MLflow UI on http://127.0.0.1:$(PORT) over ./mlflow.db (PORT=...)
 	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false $(VENV)/bin/mlflow ui \
 	  --backend-store-uri sqlite:///$(MLFLOW_DB) --host 127.0.0.1 --port $(PORT) --workers 1
 
 JOBS  ?= 2
-test: $(STAMP)  ## the tests without the gpu, slow and multihost markers, a module per process (JOBS=2)
-	$(PY) -m pytest -m "not gpu and not slow and not multihost" -n $(JOBS) --dist loadfile $(ARGS)
+test: $(STAMP)  ## the tests without the gpu, slow, multihost and ui markers, a module per process (JOBS=2)
+	$(PY) -m pytest -m "not gpu and not slow and not multihost and not ui" -n $(JOBS) --dist loadfile $(ARGS)
 
 test-multihost: $(STAMP)  ## scheduler and workers on separate hosts (network namespaces; as root; ~3.5 min)
 	$(PY) -m pytest -m multihost -rs tests/multihost $(ARGS)
+
+UI_STAMP := $(VENV)/.stamp-ui-$(shell cksum < pyproject.toml | cut -d' ' -f1)
+$(UI_STAMP): $(STAMP)
+	$(PY) -m pip install -e ".[dev,ui]"
+	rm -f $(VENV)/.stamp-ui-* && touch $@
+
+test-ui: $(UI_STAMP)  ## the MLflow UI in a headless Chromium (apt-get installs chromium; screenshots: bench-results/ui/)
+	@command -v chromium >/dev/null || { apt-get update && apt-get install -y chromium; }
+	$(PY) -m pytest -m ui -rs tests/pipelines/test_ui_browser.py $(ARGS)
+	@echo "screenshots: bench-results/ui/"
 
 bench: $(STAMP)  ## ours vs peers: time to rel_gap 1e-4/1e-6 (QUICK=1: ~3 min; pip install -e .[peers] first)
 	nice -n 5 $(PY) -m pipelines.bench.peers $(if $(QUICK),--quick) $(ARGS)

@@ -132,7 +132,7 @@ class ExperimentSpec:
     target_rel_gap: float = ruled(1e-6, POSITIVE)  # every arm runs to this rel_gap ...
     target_suboptimality: float = ruled(1e-6, POSITIVE)  # ... or, arms without a gap (DIANA), to this F - F*
     max_time: Optional[float] = 60.0  # ... or this many seconds (per arm)
-    main_arm: str = "gap"  # the arm whose speedups are reported
+    main_arm: Optional[str] = "duhl-gap"  # the arm whose speedups are reported (null: the first arm)
     baselines: List[str] = field(default_factory=lambda: ["sequential", "random"])
     # name -> overrides of the solver settings (keys of the solver's schema, or
     # memory_budget / max_time / a device setting); empty = one arm with the solver as configured.

@@ -12,6 +12,7 @@ staleness_mean, staleness_max), and reports with ``pipelines.report``.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 import math
@@ -23,10 +24,10 @@ from typing import Any, Dict, List
 from omegaconf import DictConfig, OmegaConf
 from rich.table import Table
 
-from pipelines import report
+from pipelines import report, ui
 from pipelines.config import check_config
 from pipelines.deploy import arm_on, cluster_and_data
-from pipelines.tracking import PROJECT_ROOT, SWEEP_PARENT_ENV, flatten
+from pipelines.tracking import PROJECT_ROOT, SWEEP_PARENT_ENV, arm_run_name, config_params, flatten
 from solvers.distbelief.models import make_model
 from tasks.cluster import validate_cluster_config
 from tasks.data import cache_key, load_dataset, resolve_path, validate_data_config
@@ -40,6 +41,7 @@ RUNNERS = {"downpour": run_downpour, "sandblaster": run_sandblaster}
 RESERVED = {"client", "spec", "model_cfg", "callback", "on_start", "on_round", "target_loss", "target_accuracy",
             "snapshot_dir", "parts"}
 MODELS = ("logistic", "svm", "mlp", "ridge")
+UNUSED = ("solver", "device", "experiment.target_rel_gap", "experiment.target_suboptimality")  # not params here
 
 
 def runner_keys(algo: str) -> set:
@@ -130,8 +132,12 @@ def run(cfg: DictConfig, p: Dict[str, Any], tracker: Any, tags: Dict[str, str], 
     loss: Dict[str, report.ArmStats] = {}
     accuracy: Dict[str, report.ArmStats] = {}
     failures: Dict[str, int] = {}
+    main_arm, baselines = cfg.experiment.main_arm, list(cfg.experiment.baselines)
+    colours = ui.arm_colours(p["arms"], main_arm, baselines)
+    data_model = flatten({"model": p["model"], "data": dataclasses.asdict(p["data"])})
     with tracker.run(run_name, os.environ.get(SWEEP_PARENT_ENV), tags["parent"]) as parent_id:
-        tracker.log_params(parent_id, flatten(OmegaConf.to_container(cfg, resolve=True)))
+        # the groups DistBelief uses: not solver/ or device/, not the GLM targets
+        tracker.log_params(parent_id, config_params(OmegaConf.to_container(cfg, resolve=True), UNUSED))
         dataset = load_dataset(p["data"], resolve_path(cfg.cache_dir, PROJECT_ROOT), PROJECT_ROOT)
         labels = describe_labels(p["model"]["name"], dataset.y)
         if labels:
@@ -149,9 +155,10 @@ def run(cfg: DictConfig, p: Dict[str, Any], tracker: Any, tags: Dict[str, str], 
                 algo = kwargs.pop("algo")
                 if algo == "downpour" and parts.access == "mmap":  # shard snapshots need a shared filesystem
                     kwargs["snapshot_dir"] = str(output_dir / "snapshots" / name)
-                with tracker.run(name, parent_id, {**tags["arm"], "arm": name, "algo": algo}) as arm_id, \
+                arm_tags = {**tags["arm"], "arm": name, "algo": algo, "mlflow.runColor": colours[name]}
+                with tracker.run(arm_run_name(name, run_name), parent_id, arm_tags) as arm_id, \
                         arm_on(client, parts, tracker, arm_id):
-                    tracker.log_params(arm_id, {"arm": name, "algo": algo, **kwargs})
+                    tracker.log_params(arm_id, {"arm": name, "algo": algo, **kwargs, **data_model})
                     result = RUNNERS[algo](client, spec, p["model"], **kwargs, parts=parts,
                                            target_loss=target_loss if stop_at else None,
                                            target_accuracy=target_accuracy if stop_at else None,
@@ -171,19 +178,35 @@ def run(cfg: DictConfig, p: Dict[str, Any], tracker: Any, tags: Dict[str, str], 
                     result.trace.to_csv(csv, index=False)
                     tracker.log_artifact(arm_id, csv)
                 console.print(f"{name}: {result.status} in {result.time_s:.1f}s, counters {result.counters}")
-        console.print(table(loss, accuracy, failures, target_loss, target_accuracy))
-        main_arm = cfg.experiment.main_arm
+        summary = table(loss, accuracy, failures, target_loss, target_accuracy)
+        console.print(summary)
         ups = {k: v for k, v in report.speedup_metrics(loss, main_arm).items()
-               if k[len("speedup_vs_"):] in cfg.experiment.baselines}
+               if k[len("speedup_vs_"):] in baselines}
         for key, value in ups.items():
             console.print(f"{main_arm} reached train loss {target_loss} {value:.2f}x sooner than {key[11:]}")
+        verdict = (report.verdict(loss, main_arm, baselines, target_loss) if target_loss is not None
+                   else f"No target_loss set: {main_arm} and its baselines ran {cfg.experiment.max_time}s each.")
         n_failures = sum(failures.values())
-        tracker.set_tags(parent_id, {"main_arm": main_arm, "failures": n_failures})
+        view_id = None
+        if tracker.enabled:
+            view_id = ui.save_arms_view(tracker, parent_id, ui.view_name(run_name),
+                                        ["train_loss", "test_accuracy"],
+                                        ["time_to_target_s", "time_to_accuracy_s", "final_train_loss",
+                                         "final_test_accuracy"], ["algo"])
+            ui.save_comparisons_view(tracker, [f"speedup_vs_{b}" for b in baselines])
+        note = ui.note(verdict, report.markdown(summary), tracker.experiment_id, view_id)
+        (output_dir / "comparison.md").write_text(f"# {run_name}: DistBelief, {p['model']['name']} on "
+                                                  f"{p['data'].name}\n\n{note}\n")
+        texts = {k: v for k, v in report.speedup_texts(loss, main_arm).items() if k in ups}
+        tracker.set_tags(parent_id, {"main_arm": main_arm, "failures": n_failures, "verdict": verdict,
+                                     "mlflow.note.content": note, "speedups": json.dumps(texts)})
+        tracker.log_artifact(parent_id, output_dir / "comparison.md")
         tracker.log_artifact(parent_id, output_dir / ".hydra", ".hydra")
         wall_s = time.perf_counter() - started
-        tracker.log_metrics(parent_id, {**ups, "wall_s": wall_s, "failures": n_failures,
+        tracker.log_metrics(parent_id, {**{k: report.significant(v) for k, v in ups.items()}, "wall_s": wall_s, "failures": n_failures,
                                         "tracking_s": tracker.seconds, "tracking_setup_s": tracker.setup_s})
     if tracker.enabled:
         console.print(f"tracking: {tracker.seconds:.2f}s in MLflow calls of {wall_s:.1f}s wall time ({tracker.uri})")
+        ui.print_links(console, tracker, parent_id, view_id, "the comparison")
     return {name: {**loss[name].run_metrics(), "final_test_accuracy": accuracy[name].final,
                    "failures": failures[name], "status": loss[name].status} for name in loss}

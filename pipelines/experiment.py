@@ -15,11 +15,13 @@ and one nested run per arm. See README.md for the config groups.
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -30,7 +32,9 @@ from rich.console import Console
 
 from pipelines import distbelief, glm
 from pipelines.config import register_configs
-from pipelines.tracking import open_tracker, run_tags, stop_on_sigterm
+from pipelines.sweep import job_label, sweep_values
+from pipelines.tracking import SWEEP_PARENT_ENV, open_tracker, run_tags, stop_on_sigterm
+from pipelines.ui import PARENT_COLOUR
 from tasks.arms import NoCudaDevice, check_device
 from tasks.cluster import ClusterLost
 from tasks.data import DataError
@@ -52,9 +56,10 @@ def plan_experiment(cfg: DictConfig) -> Any:
     return _kind(cfg).plan(cfg)
 
 
-def run_experiment(cfg: DictConfig, output_dir: Path, run_name: str = "",
-                   overrides: List[str] = ()) -> Dict[str, Dict[str, Any]]:
-    """Check, then run, the experiment of a composed config; returns per-arm numbers."""
+def run_experiment(cfg: DictConfig, output_dir: Path, run_name: str = "", overrides: List[str] = (),
+                   job_num: Optional[int] = None) -> Dict[str, Dict[str, Any]]:
+    """Check, then run, the experiment of a composed config; returns per-arm numbers.
+    ``job_num``: the job's number in a sweep (with the sweep run's id in the environment)."""
     started = time.perf_counter()
     try:
         kind = _kind(cfg)
@@ -80,7 +85,13 @@ def run_experiment(cfg: DictConfig, output_dir: Path, run_name: str = "",
         console.print(f"tracking: {tracker.failed_dead_runs} run(s) left RUNNING by a process that died "
                       "are now FAILED (error: process died)")
     arm_tags = {**run_tags(cfg.device.name), "kind": cfg.experiment.get("kind", "glm")}
-    tags = {"arm": arm_tags, "parent": {**arm_tags, "overrides": " ".join(overrides)} if overrides else arm_tags}
+    parent_tags = {**arm_tags, "mlflow.runColor": PARENT_COLOUR,
+                   **({"overrides": " ".join(overrides)} if overrides else {})}
+    if os.environ.get(SWEEP_PARENT_ENV):  # the sweep's summary reads its jobs back by these tags
+        arm_tags["sweep_run_id"] = os.environ[SWEEP_PARENT_ENV]
+        parent_tags.update(sweep_job="" if job_num is None else job_num,
+                           sweep_values=json.dumps(sweep_values(overrides)))
+    tags = {"arm": arm_tags, "parent": parent_tags}
     try:
         return kind.run(cfg, plan, tracker, tags, run_name or cfg.experiment.name, output_dir, console, started)
     except (ClusterLost, ConnectionError) as error:  # the runs are FAILED with the error tagged
@@ -93,10 +104,12 @@ def run_experiment(cfg: DictConfig, output_dir: Path, run_name: str = "",
 def main(cfg: DictConfig) -> Dict[str, Dict[str, Any]]:
     stop_on_sigterm()
     hydra_cfg = HydraConfig.get()
-    # A sweep's jobs share the experiment's name: number them as Hydra does.
+    overrides = list(hydra_cfg.overrides.task)
+    # A sweep's jobs share the experiment's name: each is named by what it changes.
     in_sweep = hydra_cfg.mode == RunMode.MULTIRUN
-    name = f"{cfg.experiment.name} #{hydra_cfg.job.num}" if in_sweep else cfg.experiment.name
-    return run_experiment(cfg, Path(hydra_cfg.runtime.output_dir), name, list(hydra_cfg.overrides.task))
+    name = job_label(overrides, f"{cfg.experiment.name} #{hydra_cfg.job.num}") if in_sweep else cfg.experiment.name
+    return run_experiment(cfg, Path(hydra_cfg.runtime.output_dir), name, overrides,
+                          hydra_cfg.job.num if in_sweep else None)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,9 @@ MLflow run and reports (``pipelines.experiment`` calls both).
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
+import math
 import os
 import time
 from dataclasses import dataclass
@@ -18,10 +20,11 @@ from typing import Any, Dict, List
 
 from omegaconf import DictConfig, OmegaConf
 
-from pipelines import progress, report
+from pipelines import progress, report, ui
 from pipelines.config import SolverConfig, check_config, solver_schema
 from pipelines.deploy import arm_on, cluster_and_data
-from pipelines.tracking import PROJECT_ROOT, SWEEP_PARENT_ENV, RoundSampler, flatten, relative
+from pipelines.tracking import (PROJECT_ROOT, SWEEP_PARENT_ENV, RoundSampler, arm_run_name, config_params, flatten,
+                                relative)
 from solvers.glm.models import get_model
 from tasks.arms import make_solver, progress_metric, run_arm, warmup
 from tasks.cluster import validate_cluster_config
@@ -62,7 +65,7 @@ def plan(cfg: DictConfig) -> Plan:
     base = {**OmegaConf.to_container(cfg.solver, resolve=True),
             **{key: cfg.device[key] for key in DEVICE_SETTINGS},
             "device": cfg.device.name, "tol": exp.target_rel_gap, "max_time": exp.max_time}
-    deltas = OmegaConf.to_container(exp.arms, resolve=True) or {cfg.solver.selection: {}}
+    deltas = OmegaConf.to_container(exp.arms, resolve=True) or {default_arm(cfg.solver): {}}
     arms = {}
     for name, delta in deltas.items():
         delta = delta or {}
@@ -83,19 +86,50 @@ def plan(cfg: DictConfig) -> Plan:
     metrics = sorted({progress_metric(s) for s in arms.values()})
     if len(metrics) > 1:
         raise ValueError(f"The arms of one experiment must share a progress metric; these mix {metrics}.")
-    for role, names in (("main_arm", [exp.main_arm]), ("baselines", list(exp.baselines))):
+    main_arm = exp.main_arm or next(iter(arms))  # null: the first (experiment=single: the only) arm
+    for role, names in (("main_arm", [main_arm]), ("baselines", list(exp.baselines))):
         missing = [n for n in names if n not in arms]
         if missing:
             raise ValueError(f"The '{role}' parameter of experiment names arm(s) {missing} that are not in "
                              f"experiment.arms {sorted(arms)}.")
     target = float(exp.target_suboptimality if metrics == ["suboptimality"] else exp.target_rel_gap)
-    return Plan(data, model, arms, exp.main_arm, list(exp.baselines), metrics[0], target)
+    return Plan(data, model, arms, main_arm, list(exp.baselines), metrics[0], target)
+
+
+def default_arm(solver: Any) -> str:
+    """The name of the one arm of an experiment without arms: duhl-<selection>, or the solver's name."""
+    return f"duhl-{solver.selection}" if solver.name == "duhl" else str(solver.name)
+
+
+def arm_params(name: str, settings: Dict[str, Any], plan: Plan) -> Dict[str, str]:
+    """An arm's settings under the config's own keys (solver.*, device.*, experiment.*), with
+    the data and the model, so a filter such as params.`model.name` = 'svm' selects arms too."""
+    groups: Dict[str, Dict[str, Any]] = {"model": plan.model, "data": dataclasses.asdict(plan.data),
+                                         "solver": {}, "device": {}, "experiment": {}}
+    for key, value in settings.items():
+        if key == "device":
+            groups["device"]["name"] = value
+        elif key in DEVICE_SETTINGS:
+            groups["device"][key] = value
+        elif key == "tol":
+            groups["experiment"][f"target_{plan.metric}"] = value
+        elif key == "max_time":
+            groups["experiment"]["max_time"] = value
+        else:
+            groups["solver"][key] = value
+    return {"arm": name, **flatten(groups)}
+
+
+def parent_params(cfg: DictConfig, plan: Plan) -> Dict[str, str]:
+    """The config groups a GLM experiment uses: not DistBelief's settings, not the other target."""
+    unused = "target_rel_gap" if plan.metric == "suboptimality" else "target_suboptimality"
+    return config_params(OmegaConf.to_container(cfg, resolve=True), ("experiment.distbelief", f"experiment.{unused}"))
 
 
 def run_tracked_arm(cfg: DictConfig, plan: Plan, tracker: Any, arm_id: str, name: str, settings: Dict[str, Any],
                     problem: Any, csv: Path, show: bool, placement: Any = None):
     """One arm: solve while streaming sampled rows to MLflow, then its per-run numbers and CSV."""
-    tracker.log_params(arm_id, {"arm": name, **settings})
+    tracker.log_params(arm_id, arm_params(name, settings, plan))
     sampler = RoundSampler(cfg.tracking.points_per_decade, cfg.tracking.min_interval_s, plan.target, plan.metric)
     with progress.arm_progress(show, name, plan.target, plan.metric) as bar:
         def on_row(row: dict) -> None:
@@ -124,8 +158,9 @@ def run_tracked_arm(cfg: DictConfig, plan: Plan, tracker: Any, arm_id: str, name
 def run(cfg: DictConfig, plan: Plan, tracker: Any, tags: Dict[str, str], run_name: str, output_dir: Path,
         console: Any, started: float) -> Dict[str, Dict[str, float]]:
     show = progress.wanted(cfg.progress)
+    colours = ui.arm_colours(plan.arms, plan.main_arm, plan.baselines)
     with tracker.run(run_name, os.environ.get(SWEEP_PARENT_ENV), tags["parent"]) as parent_id:
-        tracker.log_params(parent_id, flatten(OmegaConf.to_container(cfg, resolve=True)))
+        tracker.log_params(parent_id, parent_params(cfg, plan))
 
         with progress.data_progress(show, f"data {plan.data.name}") as update:
             dataset = load_dataset(plan.data, resolve_path(cfg.cache_dir, PROJECT_ROOT), PROJECT_ROOT, update)
@@ -149,33 +184,58 @@ def run(cfg: DictConfig, plan: Plan, tracker: Any, tags: Dict[str, str], run_nam
             placement = Placement(client, dataset.path, dataset.X, dataset.y, plan.model,
                                   float(getattr(validate_cluster_config(cfg.cluster), "timeout_s", 60.0)), parts=parts)
             for name, settings in plan.arms.items():
-                with tracker.run(name, parent_id, {**tags["arm"], "arm": name}) as arm_id, \
+                arm_tags = {**tags["arm"], "arm": name, "mlflow.runColor": colours[name]}
+                with tracker.run(arm_run_name(name, run_name), parent_id, arm_tags) as arm_id, \
                         arm_on(client, parts, tracker, arm_id):
                     traces[name], stats[name] = run_tracked_arm(cfg, plan, tracker, arm_id, name, settings, problem,
                                                                 output_dir / "traces" / f"{name}.csv", show,
                                                                 placement)
 
-        console.print(report.table(stats, plan.baselines, plan.target))
-        plots = report.save_plots(traces, plan.target, output_dir,
-                                  f"{cfg.experiment.name}: {plan.model['name']} on {plan.data.name}, "
-                                  f"budget {cfg.device.memory_budget}")
+        summary = report.table(stats, plan.baselines, plan.target)
+        console.print(summary)
+        title = f"{cfg.experiment.name}: {plan.model['name']} on {plan.data.name}, budget {cfg.device.memory_budget}"
+        plots = report.save_plots(traces, plan.target, output_dir, title, colours)
         verdict = report.verdict(stats, plan.main_arm, plan.baselines, plan.target)
         console.print(f"[bold]{verdict}[/bold]")
         console.print(f"plots: {', '.join(relative(p) for p in plots)}")
 
         speedups = report.speedup_metrics(stats, plan.main_arm)
-        tracker.set_tags(parent_id, {"verdict": verdict, "main_arm": plan.main_arm})
+        view_id = describe(tracker, parent_id, run_name, title, plan, stats, verdict, summary, output_dir)
+        tracker.set_tags(parent_id, {"verdict": verdict, "main_arm": plan.main_arm,
+                                     "speedups": json.dumps(report.speedup_texts(stats, plan.main_arm))})
         for path in plots:
             tracker.log_artifact(parent_id, path)
         tracker.log_artifact(parent_id, output_dir / ".hydra", ".hydra")
         tracker.log_artifact(parent_id, output_dir / "traces", "traces")
         wall_s = time.perf_counter() - started
         overhead = tracker.seconds / wall_s
-        tracker.log_metrics(parent_id, {**speedups, "warmup_s": warmup_s, "wall_s": wall_s,
-                                        "tracking_overhead": overhead, "tracking_s": tracker.seconds,
-                                        "tracking_setup_s": tracker.setup_s})
+        tracker.log_metrics(parent_id, {**{k: report.significant(v) for k, v in speedups.items()},
+                                        "warmup_s": warmup_s, "wall_s": wall_s, "tracking_overhead": overhead,
+                                        "tracking_s": tracker.seconds, "tracking_setup_s": tracker.setup_s})
     if tracker.enabled:
         console.print(f"tracking: {tracker.seconds:.2f}s in MLflow calls = {overhead:.1%} of {wall_s:.1f}s "
                       f"wall time; set-up {tracker.setup_s:.1f}s (import, open the store) ({tracker.uri})")
+        ui.print_links(console, tracker, parent_id, view_id, "the comparison")
     return {name: {**s.run_metrics(), **({"speedups": speedups} if name == plan.main_arm else {})}
             for name, s in stats.items()}
+
+
+def describe(tracker: Any, parent_id: str, run_name: str, title: str, plan: Plan, stats: Dict[str, Any],
+             verdict: str, summary: Any, output_dir: Path) -> Any:
+    """The verdict and the arm table as the parent run's description and as comparison.md,
+    and a saved view of the arms' curves; returns the view's id (None without tracking)."""
+    view_id = None
+    if tracker.enabled:
+        columns = ["time_to_target_s", f"final_{plan.metric}", "epochs_to_target",
+                   *(["bytes_to_target"] if any(not math.isnan(s.bytes_h2d) for s in stats.values()) else []),
+                   *(["bits_to_target"] if any(not math.isnan(s.bits_sent) for s in stats.values()) else [])]
+        view_id = ui.save_arms_view(tracker, parent_id, ui.view_name(run_name), [plan.metric],
+                                    columns, ["solver.name", "solver.selection", "device.memory_budget"])
+        ui.save_comparisons_view(tracker, [f"speedup_vs_{b}" for b in plan.baselines])
+    table = report.markdown(summary)
+    path = output_dir / "comparison.md"
+    path.write_text(f"# {title}\n\n" + ui.note(verdict, table, tracker.experiment_id, view_id,
+                                                 ui.ui_base(tracker.uri) + "/" if tracker.enabled else "") + "\n")
+    tracker.set_tags(parent_id, {"mlflow.note.content": ui.note(verdict, table, tracker.experiment_id, view_id)})
+    tracker.log_artifact(parent_id, path)
+    return view_id

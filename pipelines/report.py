@@ -122,6 +122,16 @@ def speedup_metrics(stats: Mapping[str, ArmStats], main_arm: str) -> Dict[str, f
     return metrics
 
 
+def speedup_texts(stats: Mapping[str, ArmStats], main_arm: str) -> Dict[str, str]:
+    """speedup_metrics as the table writes them ('>4.4x': a lower bound), for the sweep's summary."""
+    texts = {}
+    for name, other in stats.items():
+        s = speedup(stats[main_arm], other) if main_arm in stats and name != main_arm else None
+        if s is not None:
+            texts[f"speedup_vs_{name}"] = str(s)
+    return texts
+
+
 def table(stats: Mapping[str, ArmStats], baselines: List[str], target: float) -> Table:
     metric = next((s.metric for s in stats.values()), "rel_gap")
     with_bytes = any(not math.isnan(s.bytes_h2d) for s in stats.values())
@@ -149,6 +159,25 @@ def table(stats: Mapping[str, ArmStats], baselines: List[str], target: float) ->
     return t
 
 
+def markdown(t: Table, caption: bool = True) -> str:
+    """A rich table (cells already rounded) as a markdown table, for the run description
+    (``mlflow.note.content``) and the comparison artifact."""
+    def row(cells):
+        return "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
+
+    columns = list(t.columns)
+    lines = [f"{t.title}", ""] if caption and t.title else []
+    lines += [row(c.header for c in columns),
+              row("---" if c.justify == "left" else "---:" for c in columns)]
+    lines += [row(cells) for cells in zip(*(list(c.cells) for c in columns))]
+    return "\n".join(lines)
+
+
+def significant(value: float, digits: int = 3) -> float:
+    """A ratio for display (the runs table shows every digit it is given)."""
+    return float(f"{value:.{digits}g}")
+
+
 def verdict(stats: Mapping[str, ArmStats], main_arm: str, baselines: List[str],
             target: float) -> str:
     main = stats.get(main_arm)
@@ -167,9 +196,10 @@ def verdict(stats: Mapping[str, ArmStats], main_arm: str, baselines: List[str],
 
 
 def save_plots(traces: Mapping[str, pd.DataFrame], target: float, out_dir: Path,
-               title: str = "") -> List[Path]:
+               title: str = "", colours: Optional[Mapping[str, str]] = None) -> List[Path]:
     """rel_gap (or suboptimality) against time, against bytes moved host->device and
-    against bits sent (each when some trace has it), one line per arm."""
+    against bits sent (each when some trace has it), one line per arm, in the arm's
+    colour (``colours``: the runs' mlflow.runColor) when given."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only; no display needed
@@ -186,7 +216,7 @@ def save_plots(traces: Mapping[str, pd.DataFrame], target: float, out_dir: Path,
         fig, ax = plt.subplots(figsize=(6, 4))
         for arm, trace in traces.items():
             if x in trace.columns:
-                ax.plot(trace[x] * scale, trace[metric], label=arm)
+                ax.plot(trace[x] * scale, trace[metric], label=arm, color=(colours or {}).get(arm))
         ax.axhline(target, color="grey", linestyle=":", label="target")
         ax.set(yscale="log", xlabel=label, ylabel=ylabel, title=title)
         ax.legend()

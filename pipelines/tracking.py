@@ -10,6 +10,7 @@ Per-round metrics are buffered and sent with ``log_batch`` (one call costs
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import socket
@@ -18,7 +19,7 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Mapping, Optional
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional
 
 import pandas as pd
 
@@ -35,10 +36,16 @@ def relative(path) -> str:
 # Set by the sweep callback so that every job of a multirun nests under one run.
 SWEEP_PARENT_ENV = "DUHL_SWEEP_PARENT_RUN_ID"
 SWEEP_EXPERIMENT_ENV = "DUHL_SWEEP_EXPERIMENT_ID"
+SWEEP_KEYS_ENV = "DUHL_SWEEP_KEYS"  # the keys a multirun sweeps over (JSON list), which name its jobs
+# An experiment's description in the MLflow UI.
+EXPERIMENT_NOTE = ("duhl-lab: a run per comparison, its arms nested under it (+); its description holds the "
+                   "verdict. Sweeps nest their comparisons.")
 # The per-round names of ARCHITECTURE.md's vocabulary; other trace columns go to the CSV only.
 ROUND_METRICS = ("time_s", "epoch", "primal", "dual", "gap", "rel_gap", "bytes_h2d", "swaps",
                  "bits_sent", "suboptimality", "train_loss", "test_accuracy", "staleness_mean",
                  "samples", "staleness_max")
+# Logged beside them as log10_<name>: the UI's log axis reads ticks below 1e-6 as "0".
+LOG10_METRICS = ("rel_gap", "suboptimality")
 MAX_METRICS_PER_BATCH = 1000  # MLflow's limit for log_batch
 MAX_PARAMS_PER_BATCH = 100
 
@@ -52,6 +59,19 @@ def flatten(config: Mapping[str, Any]) -> Dict[str, str]:
     """{'data': {'n_samples': 5}} -> {'data.n_samples': '5'} (MLflow params are strings)."""
     flat = pd.json_normalize(config, sep=".").iloc[0].to_dict() if config else {}
     return {key: str(value) for key, value in flat.items()}
+
+
+def config_params(config: Mapping[str, Any], drop: Iterable[str] = ()) -> Dict[str, str]:
+    """The flattened config without the keys under ``drop`` (groups or keys the experiment does not use)."""
+    drop = tuple(drop)
+    return {key: value for key, value in flatten(config).items()
+            if not any(key == d or key.startswith(d + ".") for d in drop)}
+
+
+def arm_run_name(arm: str, parent_name: str) -> str:
+    """An arm run's name: the arm, and in a sweep's job the job's name (its swept values) too,
+    so the UI's legends tell the jobs' arms apart."""
+    return f"{arm} ({parent_name})" if os.environ.get(SWEEP_PARENT_ENV) else arm
 
 
 def run_tags(device: str) -> Dict[str, str]:
@@ -141,6 +161,7 @@ class Tracker:
         self.seconds = 0.0  # time spent in MLflow calls
         self.flush_every_s = flush_every_s
         self._pending: Dict[str, List[Any]] = {}
+        self._start_ms: Dict[str, int] = {}  # run id -> its start time, the origin of its rounds' timestamps
         self._last_flush = time.perf_counter()
         # Set-up is measured apart from the calls: importing MLflow (~2 s) and
         # opening the store (~5 s when a new sqlite file is created and migrated)
@@ -173,9 +194,27 @@ class Tracker:
         if self.uri.startswith("sqlite:///"):  # artifacts beside the database, not in the cwd
             location = (Path(self.uri[len("sqlite:///"):]).resolve().parent / "mlartifacts").as_uri()
         try:
-            return self.client.create_experiment(name, artifact_location=location)
+            experiment_id = self.client.create_experiment(name, artifact_location=location,
+                                                          tags={"mlflow.note.content": EXPERIMENT_NOTE})
         except MlflowException:  # a concurrent job created it first
             return self.client.get_experiment_by_name(name).experiment_id
+        self._drop_empty_default()
+        return experiment_id
+
+    def _drop_empty_default(self) -> None:
+        """A new store holds an experiment 'Default' (id 0) that nothing here logs to and the
+        UI lists first: delete it while it holds no run (sqlite: a soft delete, hidden in the
+        UI and not made again; a store that refuses keeps it)."""
+        from mlflow.entities import ViewType
+        from mlflow.exceptions import MlflowException
+
+        try:
+            default = self.client.get_experiment("0")
+            if (default.name == "Default" and default.lifecycle_stage == "active"
+                    and not self.client.search_runs(["0"], run_view_type=ViewType.ALL, max_results=1)):
+                self.client.delete_experiment("0")
+        except MlflowException:
+            pass
 
     # ----------------------------------------------------------- runs ---
     def start_run(self, name: str, parent_id: Optional[str] = None,
@@ -184,7 +223,9 @@ class Tracker:
         if parent_id:
             tags["mlflow.parentRunId"] = parent_id
         with self.timed():
-            return self.client.create_run(self.experiment_id, run_name=name, tags=tags).info.run_id
+            info = self.client.create_run(self.experiment_id, run_name=name, tags=tags).info
+        self._start_ms[info.run_id] = info.start_time
+        return info.run_id
 
     def end_run(self, run_id: str, status: str = "FINISHED") -> None:
         self.flush(run_id)
@@ -234,15 +275,26 @@ class Tracker:
         self.flush(run_id)
 
     def log_round(self, run_id: str, row: Mapping[str, Any]) -> None:
-        """Buffer one trace row (vocabulary names only); send when a flush is due."""
-        self._queue(run_id, {k: row[k] for k in ROUND_METRICS if k in row}, int(row["round"]))
+        """Buffer one trace row (vocabulary names only); send when a flush is due.
+
+        Its timestamp is the run's start + the row's solver time ``time_s``, so the UI's
+        "Time (Relative)" axis is solver time (overheads excluded) and arms compare on it."""
+        metrics = {k: row[k] for k in ROUND_METRICS if k in row}
+        for key in LOG10_METRICS:
+            value = row.get(key)
+            if value is not None and value > 0:  # a gap of exactly 0 has no log
+                metrics[f"log10_{key}"] = math.log10(value)
+        stamp = None
+        if run_id in self._start_ms and pd.notna(row.get("time_s")):
+            stamp = self._start_ms[run_id] + int(round(1000 * float(row["time_s"])))
+        self._queue(run_id, metrics, int(row["round"]), stamp)
         if time.perf_counter() - self._last_flush >= self.flush_every_s:
             self.flush()
 
-    def _queue(self, run_id: str, metrics: Mapping[str, float], step: int) -> None:
+    def _queue(self, run_id: str, metrics: Mapping[str, float], step: int, stamp: Optional[int] = None) -> None:
         from mlflow.entities import Metric
 
-        stamp = int(time.time() * 1000)
+        stamp = int(time.time() * 1000) if stamp is None else stamp
         self._pending.setdefault(run_id, []).extend(
             Metric(key, float(value), stamp, step) for key, value in metrics.items()
             if value is not None and pd.notna(value))

@@ -2,13 +2,16 @@
 resolved config Hydra writes, exit codes and one-line errors, signals, multirun
 sweeps). Everything else is tested in-process (test_experiment.py)."""
 
+import json
 import signal
 import sqlite3
+import statistics
 import subprocess
 import sys
 import time
 
 import pytest
+from mlflow.tracking import MlflowClient
 
 from conftest import PROJECT_ROOT, TINY, all_runs, family
 
@@ -19,8 +22,7 @@ def test_smoke_single_run_writes_the_config_and_tracks_it(cli, tmp_path):
     assert "reached rel_gap 0.0001" in done.stdout
     assert (tmp_path / "out" / ".hydra" / "config.yaml").exists()
     parent, arms = family(cli.uri)
-    assert parent.info.status == "FINISHED" and set(arms) == {"gap"}
-    from mlflow.tracking import MlflowClient
+    assert parent.info.status == "FINISHED" and set(arms) == {"duhl-gap"}
 
     names = {a.path.split("/")[-1] for a in MlflowClient(cli.uri).list_artifacts(parent.info.run_id, ".hydra")}
     assert "config.yaml" in names
@@ -62,6 +64,28 @@ def test_multirun_2x2_nests_four_jobs_under_one_sweep_run(cli):
     assert all("model=" in r.data.tags["overrides"] for r in jobs)
     assert len({r.info.experiment_id for r in runs}) == 1
     assert all(r.info.status == "FINISHED" for r in runs)
+    # named by what they change; their arms by their job, so legends tell them apart
+    sweep = sweeps[0]
+    assert sweep.info.run_name == "sweep single: model=lasso,ridge device.memory_budget=0.25,0.5"
+    names = {r.info.run_name for r in jobs}
+    assert names == {f"model={m} memory_budget={b}" for m in ("lasso", "ridge") for b in ("0.25", "0.5")}
+    arms = {r.info.run_name for r in runs if r.data.tags.get("sweep_run_id") == sweep.info.run_id}
+    assert arms == {f"duhl-gap ({name})" for name in names}
+    # summed up on the sweep run: a table per job, a plot, the main metrics (medians over the jobs)
+    client = MlflowClient(cli.uri)
+    note = sweep.data.tags["mlflow.note.content"]
+    assert note.startswith("Sweep of 4 jobs over model, device.memory_budget")
+    times = []
+    for job in jobs:
+        number, values = job.data.tags["sweep_job"], json.loads(job.data.tags["sweep_values"])
+        main = next(r for r in runs if r.data.tags.get("mlflow.parentRunId") == job.info.run_id)
+        times.append(main.data.metrics["time_to_target_s"])
+        cell = f"{times[-1]:.2f}"
+        assert f"| {number} | {values['model']} | {values['device.memory_budget']} | finished | {cell} |" in note
+    assert sorted(int(job.data.tags["sweep_job"]) for job in jobs) == [0, 1, 2, 3]
+    assert sweep.data.metrics["time_to_target_s"] == pytest.approx(statistics.median(times))
+    assert {a.path for a in client.list_artifacts(sweep.info.run_id)} >= {"sweep_summary.md", "sweep_summary.png"}
+    assert f"the sweep: http://127.0.0.1:5000/#/experiments/{sweep.info.experiment_id}/runs/{sweep.info.run_id}" in done.stdout
 
 
 def test_multirun_with_a_bad_job_leaves_no_running_run(cli):

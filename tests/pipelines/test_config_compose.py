@@ -63,23 +63,24 @@ def test_default_experiment_is_the_duhl_comparison(hydra_conf):
     cfg = compose("config")
     plan = plan_experiment(cfg)
     assert cfg.model.name == "lasso" and cfg.data.name == "synthetic_dense"
-    assert set(plan.arms) == {"gap", "sequential", "random", "full"}
-    assert plan.arms["full"]["memory_budget"] is None
+    assert set(plan.arms) == {"duhl-gap", "sequential", "random", "resident"}
+    assert plan.main_arm == "duhl-gap"
+    assert plan.arms["resident"]["memory_budget"] is None
     assert plan.arms["sequential"]["selection"] == "sequential"
-    assert all(a["memory_budget"] == 0.25 for n, a in plan.arms.items() if n != "full")
+    assert all(a["memory_budget"] == 0.25 for n, a in plan.arms.items() if n != "resident")
     assert all(a["tol"] == cfg.experiment.target_rel_gap for a in plan.arms.values())
 
 
 def test_solver_override_reaches_every_arm(hydra_conf):
     plan = plan_experiment(compose("config", overrides=["solver.local_epochs=3", "device.memory_budget=0.5"]))
     assert {a["local_epochs"] for a in plan.arms.values()} == {3}
-    assert plan.arms["gap"]["memory_budget"] == 0.5
+    assert plan.arms["duhl-gap"]["memory_budget"] == 0.5
 
 
 def test_duhl_svm_preset(hydra_conf):
     cfg = compose("config", overrides=["experiment=duhl_svm"])
     assert cfg.model.name == "svm" and cfg.model.loss == "hinge"
-    assert set(plan_experiment(cfg).arms) == {"gap", "sequential", "random", "full"}
+    assert set(plan_experiment(cfg).arms) == {"duhl-gap", "sequential", "random", "resident"}
 
 
 @pytest.mark.parametrize("override", ["data.n_samples=abc", "solver.local_epochs=x", "seed=abc",
@@ -99,7 +100,7 @@ def test_unknown_option_fails(hydra_conf):
     ("data.n_samples=-5", "'n_samples'.*-5"),
     ("device.memory_budget=abc", "'memory_budget'.*abc"),
     ("experiment=single solver.selection=best", "'selection'.*best"),
-    ("experiment.arms.gap.selection=best", "'selection'.*best"),
+    ("experiment.arms.duhl-gap.selection=best", "'selection'.*best"),
     ("+experiment.arms.odd.colour=red", "colour"),
     ("experiment.main_arm=nope", "main_arm"),
     ("data=libsvm", None),  # fine when the file exists, else names the file

@@ -66,3 +66,12 @@ def test_tiny_run_tracks_parent_and_arm_runs_with_curves(experiment, capsys):
     for name in ("sgd_1", "downpour_fixed", "downpour_adagrad"):
         assert client.get_metric_history(arms[name].info.run_id, "staleness_max"), name
     assert arms["sgd_1"].data.metrics["staleness_max"] == 0  # one replica: never stale
+    # what the UI shows: the groups DistBelief uses, data and model on the arms, a colour per arm, the verdict
+    assert not [k for k in parent.data.params if k.startswith(("solver.", "device.", "experiment.target_"))]
+    assert parent.data.params["experiment.distbelief.n_shards"] == "2"
+    assert arms["sgd_1"].data.params["model.name"] == "mlp" and arms["sgd_1"].data.params["data.n_samples"] == "400"
+    assert len({run.data.tags["mlflow.runColor"] for run in arms.values()}) == len(ARMS)
+    note = parent.data.tags["mlflow.note.content"]
+    assert note.splitlines()[0] == parent.data.tags["verdict"] and parent.data.tags["verdict"].startswith("downpour_adagrad")
+    assert all(f"| {name} |" in note for name in ARMS)
+    assert "comparison.md" in {a.path for a in client.list_artifacts(parent.info.run_id)}

@@ -2,12 +2,17 @@
 MLflow, failures that end runs FAILED, checks that stop before any run, and the
 CoCoA+ and DIANA presets end to end."""
 
+import base64
+import json
+import math
+import zlib
+
 import pytest
 from mlflow.tracking import MlflowClient
 
 from conftest import TINY, all_runs, compose_config, family
 
-ARMS = {"gap", "sequential", "random", "full"}
+ARMS = {"duhl-gap", "sequential", "random", "resident"}
 SMALL = ["data.n_samples=150", "data.n_features=30", "data.n_informative=5", "experiment.max_time=2",
          "cluster=none", "progress=false"]
 
@@ -20,12 +25,21 @@ def test_experiment_tracks_parent_arms_metrics_and_artifacts(experiment, capsys)
     assert set(arms) == set(result) == ARMS
     assert {r.info.status for r in all_runs(experiment.uri)} == {"FINISHED"}
 
-    # Params: the flattened resolved config; tags: commit, host, device.
+    # Params: the flattened resolved config, only what a GLM experiment uses; tags: commit, host, device.
     assert parent.data.params["model.name"] == "lasso"
     assert parent.data.params["data.n_samples"] == "120"
-    assert parent.data.params["experiment.arms.full.memory_budget"] == "None"
+    assert parent.data.params["experiment.arms.resident.memory_budget"] == "None"
+    assert not [k for k in parent.data.params if k.startswith("experiment.distbelief")]
+    assert "experiment.target_suboptimality" not in parent.data.params
     assert {"git_commit", "host", "device"} <= set(parent.data.tags)
-    assert arms["sequential"].data.params["selection"] == "sequential"
+    # Arms: their settings under the config's keys, with the data and the model (no bare duplicates).
+    seq = arms["sequential"].data.params
+    assert seq["solver.selection"] == "sequential" and seq["device.memory_budget"] == "0.25"
+    assert seq["model.name"] == "lasso" and seq["data.n_samples"] == "120" and seq["experiment.target_rel_gap"] == "0.0001"
+    assert arms["resident"].data.params["device.memory_budget"] == "None"
+    assert not {"name", "selection", "memory_budget", "tol"} & set(seq)
+    assert {k: v for k, v in seq.items() if k.startswith(("data.", "model."))} == {
+        k: v for k, v in parent.data.params.items() if k.startswith(("data.", "model."))}
 
     client = MlflowClient(experiment.uri)
     for name, run in arms.items():
@@ -43,15 +57,56 @@ def test_experiment_tracks_parent_arms_metrics_and_artifacts(experiment, capsys)
         artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
         assert f"{name}.csv" in artifacts
 
-    gap = arms["gap"].data.metrics
+    gap = arms["duhl-gap"].data.metrics
     assert gap["reached_target"] == 1.0, gap
-    for baseline in ("sequential", "random", "full"):
+    for baseline in ("sequential", "random", "resident"):
         other = arms[baseline].data.metrics
         expected = other["time_to_target_s"] / gap["time_to_target_s"]
-        assert parent.data.metrics[f"speedup_vs_{baseline}"] == pytest.approx(expected)
+        assert parent.data.metrics[f"speedup_vs_{baseline}"] == pytest.approx(expected, rel=5e-3)  # 3 digits
     assert 0 < parent.data.metrics["tracking_overhead"] < 1
     artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
-    assert {"rel_gap_vs_time.png", "rel_gap_vs_bytes.png", "traces"} <= artifacts
+    assert {"rel_gap_vs_time.png", "rel_gap_vs_bytes.png", "traces", "comparison.md"} <= artifacts
+
+
+def test_the_ui_sees_colours_a_verdict_and_curves_against_solver_time(experiment, capsys):
+    experiment(*TINY)
+    out = capsys.readouterr().out
+    parent, arms = family(experiment.uri)
+    client = MlflowClient(experiment.uri)
+    eid, pid = parent.info.experiment_id, parent.info.run_id
+    # the printed link lands on the parent run's page, in the runs (not GenAI) workflow
+    assert f"the comparison: http://127.0.0.1:5000/#/experiments/{eid}/runs/{pid}?workflowType=machine_learning" in out
+    # one colour per arm, by role (main arm first); the parent none of theirs
+    colours = {name: run.data.tags["mlflow.runColor"] for name, run in arms.items()}
+    assert colours == {"duhl-gap": "#d62728", "sequential": "#1f77b4", "random": "#ff7f0e", "resident": "#2ca02c"}
+    assert parent.data.tags["mlflow.runColor"] not in colours.values()
+    # the description: the verdict first, then the arm table in markdown, rounded as in the terminal
+    note = parent.data.tags["mlflow.note.content"]
+    assert note.splitlines()[0] == parent.data.tags["verdict"] and parent.data.tags["verdict"] in out
+    time_cell = f"{arms['random'].data.metrics['time_to_target_s']:.2f}"
+    assert f"| random | converged | {time_cell} |" in note
+    assert sum(line.startswith("| ") for line in note.splitlines()) == 2 + len(ARMS)  # header, rule, arms
+    # rounds are stamped at the run's start + solver time: the UI's relative time is solver time
+    for name, run in arms.items():
+        times = client.get_metric_history(run.info.run_id, "time_s")
+        gaps = client.get_metric_history(run.info.run_id, "rel_gap")
+        logs = client.get_metric_history(run.info.run_id, "log10_rel_gap")
+        assert [m.timestamp for m in gaps] == [m.timestamp for m in times]
+        for t in times:
+            assert t.timestamp - run.info.start_time == pytest.approx(1000 * t.value, abs=0.51), name
+        assert [m.value for m in logs] == pytest.approx([math.log10(m.value) for m in gaps])
+    # a saved view of these arms: log rel_gap against relative time
+    tag = client.get_experiment(eid).tags[f"mlflow.sharedViewState.arms-{pid}"]
+    state = json.loads(zlib.decompress(base64.b64decode(json.loads(tag)["state"].split(";", 1)[1])))
+    assert state["searchFilter"] == f"tags.`mlflow.parentRunId` = '{pid}'" and state["runsHiddenMode"] == "SHOW_ALL"
+    assert {(c["metricKey"], c["xAxisKey"], c["scaleType"]) for c in state["compareRunCharts"]} >= {
+        ("rel_gap", "time-relative", "log"), ("log10_rel_gap", "time-relative", "linear")}
+    found = client.search_runs([eid], state["searchFilter"])  # the filter MLflow itself runs
+    assert {r.info.run_id for r in found} == {r.info.run_id for r in arms.values()}
+    # no empty Default experiment beside it
+    from mlflow.entities import ViewType
+
+    assert [e.name for e in client.search_experiments(view_type=ViewType.ACTIVE_ONLY)] == ["duhl_lasso"]
 
 
 def test_failure_inside_a_run_ends_it_failed_with_the_error(experiment):
@@ -105,7 +160,7 @@ def test_cocoa_end_to_end(experiment, capsys):
     assert parent.info.status == "FINISHED"
     client = MlflowClient(experiment.uri)
     for name, run in arms.items():
-        assert run.info.status == "FINISHED" and run.data.params["n_parts"] in ("1", "2", "4")
+        assert run.info.status == "FINISHED" and run.data.params["solver.n_parts"] in ("1", "2", "4")
         gaps = client.get_metric_history(run.info.run_id, "rel_gap")
         assert len(gaps) >= 2 and gaps[-1].value <= 1e-4, name
         assert client.get_metric_history(run.info.run_id, "bits_sent")
@@ -158,7 +213,9 @@ def test_lost_scheduler_fails_the_runs_with_a_clear_error(experiment, monkeypatc
 def test_every_kind_plans_from_its_preset():
     from pipelines.experiment import plan_experiment
 
-    assert plan_experiment(compose_config("experiment=default")).main_arm == "gap"
+    assert plan_experiment(compose_config("experiment=default")).main_arm == "duhl-gap"
+    single = plan_experiment(compose_config("experiment=single", "solver=duhl_random"))
+    assert list(single.arms) == ["duhl-random"] and single.main_arm == "duhl-random"
     assert "downpour_adagrad" in plan_experiment(compose_config("experiment=distbelief"))["arms"]
     with pytest.raises(ValueError, match="'kind' parameter of experiment must be one of"):
         plan_experiment(compose_config("experiment.kind=hogwild"))
@@ -213,11 +270,11 @@ def test_a_continuous_target_split_for_a_classifier_is_said_and_tagged(experimen
     assert "labels: the target is continuous" in capsys.readouterr().out
     parent, arms = family(experiment.uri)
     assert "median" in parent.data.tags["labels"]
-    assert arms["gap"].data.tags["status"] == "converged"
+    assert arms["duhl-gap"].data.tags["status"] == "converged"
 
 
 def test_an_arm_stopped_by_its_limit_says_so(experiment):
     experiment(*TINY, "experiment=single", "experiment.target_rel_gap=1e-300", "solver.max_epochs=3")
     _, arms = family(experiment.uri)
-    assert arms["gap"].data.tags["status"] == "max_epochs"
-    assert arms["gap"].data.metrics["reached_target"] == 0
+    assert arms["duhl-gap"].data.tags["status"] == "max_epochs"
+    assert arms["duhl-gap"].data.metrics["reached_target"] == 0

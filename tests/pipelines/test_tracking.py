@@ -1,9 +1,12 @@
 """pipelines.tracking against a real (temporary) sqlite MLflow store."""
 
+import math
+
 import pytest
+from mlflow.entities import ViewType
 from mlflow.tracking import MlflowClient
 
-from pipelines.tracking import NullTracker, RoundSampler, Tracker, flatten
+from pipelines.tracking import NullTracker, RoundSampler, Tracker, config_params, flatten
 
 
 @pytest.fixture(scope="module")
@@ -79,3 +82,37 @@ def test_null_tracker_does_nothing():
     assert null.seconds == 0 and not null.enabled
     # counts the experiment prints are numbers, not the catch-all no-op (a printed function)
     assert null.failed_dead_runs == 0
+
+
+def test_rounds_are_stamped_at_the_runs_start_plus_solver_time_with_log10(tracker):
+    client = MlflowClient(tracker.uri)
+    with tracker.run("arm") as run_id:
+        for i, (gap, t) in enumerate([(2.0, 0.0), (1e-3, 0.25), (1e-7, 1.5), (0.0, 2.0)]):
+            tracker.log_round(run_id, row(i, gap, t))
+    start = client.get_run(run_id).info.start_time
+    gaps = client.get_metric_history(run_id, "rel_gap")
+    assert [m.timestamp - start for m in gaps] == [0, 250, 1500, 2000]
+    logs = client.get_metric_history(run_id, "log10_rel_gap")
+    assert [(m.step, m.value) for m in logs] == [(0, pytest.approx(math.log10(2))), (1, pytest.approx(-3)),
+                                                 (2, pytest.approx(-7))]  # a gap of 0 has no log
+    assert [m.timestamp - start for m in logs] == [0, 250, 1500]
+
+
+def test_a_new_store_has_no_empty_default_experiment(tracker):
+    experiments = MlflowClient(tracker.uri).search_experiments(view_type=ViewType.ALL)
+    assert {(e.name, e.lifecycle_stage) for e in experiments} == {("tests", "active"), ("Default", "deleted")}
+
+
+def test_a_default_experiment_with_runs_is_kept(store):
+    client = MlflowClient(store.uri)
+    client.create_run("0")  # somebody logged to Default
+    Tracker(store.uri, "mine")
+    assert client.get_experiment("0").lifecycle_stage == "active"
+
+
+def test_config_params_drop_what_the_experiment_does_not_use():
+    config = {"experiment": {"name": "x", "target_rel_gap": 1e-6, "distbelief": {"lr": 0.1}}, "solver": {"name": "duhl"}}
+    assert config_params(config, ["experiment.distbelief"]) == {
+        "experiment.name": "x", "experiment.target_rel_gap": "1e-06", "solver.name": "duhl"}
+    assert config_params(config, ["solver", "experiment.target_rel_gap"]) == {
+        "experiment.name": "x", "experiment.distbelief.lr": "0.1"}

@@ -24,7 +24,7 @@ def test_make_ui_serves_the_runs(tmp_path):
     db = tmp_path / "mlflow.db"
     tracker = Tracker(f"sqlite:///{db}", "ui-test")
     with tracker.run("parent") as parent_id:
-        with tracker.run("gap", parent_id) as arm_id:
+        with tracker.run("duhl-gap", parent_id) as arm_id:
             tracker.log_metrics(arm_id, {"rel_gap": 1e-6})
     port = free_port()
     server = subprocess.Popen(["make", "--no-print-directory", "ui", f"PORT={port}", f"MLFLOW_DB={db}"],
