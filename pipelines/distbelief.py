@@ -3,6 +3,13 @@ single-replica SGD, Downpour with a fixed rate, Downpour with Adagrad, Sandblast
 L-BFGS on the same data and model: time and samples to a target training loss
 and to a target test accuracy.
 
+Fair rates: with ``experiment.distbelief.lr_grid`` set, every Downpour arm that does
+not fix its own ``lr`` is tuned on that grid with the same budget (``tune_s``
+seconds per rate; the rate with the lowest training loss at the end wins), then
+run. An arm's ``kill_worker_after_s`` ends the process of a worker that holds a
+replica (not the parameter server) that many seconds after the replicas start:
+its nanny restarts it and Downpour must carry on.
+
 :func:`plan` does every check that needs no data (one line, no run opened);
 :func:`run` opens the cluster, runs each arm (``experiment.arms``: an ``algo``
 of ``downpour`` / ``sandblaster`` and that runner's keyword arguments) in a
@@ -16,6 +23,7 @@ import inspect
 import json
 import math
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any, Dict, List
@@ -29,7 +37,7 @@ from pipelines.tracking import PROJECT_ROOT, SWEEP_PARENT_ENV, flatten
 from solvers.distbelief.models import make_model
 from tasks.cluster import connect, validate_cluster_config
 from tasks.data import cache_key, load_dataset, resolve_path, validate_data_config
-from tasks.distbelief.common import build_model, data_spec
+from tasks.distbelief.common import build_model, data_spec, live_workers
 from tasks.distbelief.downpour import run_downpour
 from tasks.distbelief.sandblaster import run_sandblaster
 
@@ -38,6 +46,7 @@ RUNNERS = {"downpour": run_downpour, "sandblaster": run_sandblaster}
 RESERVED = {"client", "spec", "model_cfg", "callback", "on_start", "on_round", "target_loss", "target_accuracy",
             "snapshot_dir"}
 MODELS = ("logistic", "svm", "mlp", "ridge")
+PIPELINE_KEYS = {"downpour": {"kill_worker_after_s"}, "sandblaster": set()}  # arm keys the pipeline handles
 
 
 def runner_keys(algo: str) -> set:
@@ -73,11 +82,14 @@ def plan(cfg: DictConfig) -> Dict[str, Any]:
         if algo not in RUNNERS:
             raise ValueError(f"The 'algo' parameter of arm '{name}' must be one of {sorted(RUNNERS)}. "
                              f"Got {algo!r} instead.")
-        unknown = sorted(set(arm) - runner_keys(algo))
+        known = runner_keys(algo) | PIPELINE_KEYS[algo]
+        unknown = sorted(set(arm) - known)
         if unknown:
-            raise ValueError(f"Arm '{name}' has unknown key(s) {unknown}. Known: {sorted(runner_keys(algo))}.")
+            raise ValueError(f"Arm '{name}' has unknown key(s) {unknown}. Known: {sorted(known)}.")
         shared = {k: v for k, v in db.items() if k in runner_keys(algo)}
-        arms[name] = {"algo": algo, **shared, "max_time": float(max_time), "seed": int(cfg.seed), **arm}
+        tune = algo == "downpour" and bool(db["lr_grid"]) and "lr" not in arm
+        arms[name] = {"algo": algo, **shared, "max_time": float(max_time), "seed": int(cfg.seed), **arm,
+                      **({"tune_lr": list(db["lr_grid"])} if tune else {})}
     if not arms:
         raise ValueError("The 'arms' parameter of experiment must name at least one arm for experiment.kind="
                          "'distbelief'.")
@@ -114,6 +126,38 @@ def _failures(failures: List[dict]) -> str:
     return "; ".join(f"{f['time_s']:.1f}s {f['what']}" for f in failures)[:5000]
 
 
+def _kill_a_replica_worker(client, info: Dict[str, Any], after_s: float, killed: List[str]) -> None:
+    """``after_s`` seconds from now, end the process of a worker holding a replica but not the
+    parameter server (its nanny restarts it); a thread, so Downpour's driver keeps going."""
+    victims = sorted({w for w in info["replicas"].values() if w != info["ps_worker"]})
+
+    def kill() -> None:
+        if victims:
+            killed.append(victims[0])
+            try:  # the worker dies before it can answer
+                client.run(os._exit, 1, workers=victims[:1], on_error="ignore")
+            except Exception:  # noqa: BLE001 - a closed connection is the expected answer
+                pass
+
+    threading.Timer(after_s, kill).start()
+
+
+def tune_lr(client, spec, model, kwargs: Dict[str, Any], grid: List[float], tune_s: float, seen: Dict) -> tuple:
+    """(best rate, {rate: mean training loss over the second half of tune_s}) for one Downpour arm's
+    settings; each rate gets the same budget. Arms with the same settings (apart from lr) share one tuning."""
+    key = json.dumps({k: v for k, v in kwargs.items() if k not in ("lr", "snapshot_dir", "max_time")},
+                     sort_keys=True, default=str)
+    if key not in seen:
+        losses = {}
+        for lr in grid:
+            trial = run_downpour(client, spec, model, **{**kwargs, "lr": lr, "max_time": tune_s, "snapshot_dir": None})
+            curve = trial.trace["train_loss"]
+            loss = float(curve.iloc[len(curve) // 2:].mean())  # the budget's second half: less noisy than one point
+            losses[lr] = loss if math.isfinite(loss) else math.inf
+        seen[key] = (min(losses, key=losses.get), losses)
+    return seen[key]
+
+
 def _stats(trace, target, status, metric) -> report.ArmStats:
     # a target not set is never reached: below any loss, above any accuracy
     unset = math.inf if metric in report.RISING else -math.inf
@@ -128,6 +172,8 @@ def run(cfg: DictConfig, p: Dict[str, Any], tracker: Any, tags: Dict[str, str], 
     loss: Dict[str, report.ArmStats] = {}
     accuracy: Dict[str, report.ArmStats] = {}
     failures: Dict[str, int] = {}
+    extras: Dict[str, dict] = {}
+    tuned: Dict[str, tuple] = {}
     with tracker.run(run_name, os.environ.get(SWEEP_PARENT_ENV), tags["parent"]) as parent_id:
         tracker.log_params(parent_id, flatten(OmegaConf.to_container(cfg, resolve=True)))
         dataset = load_dataset(p["data"], resolve_path(cfg.cache_dir, PROJECT_ROOT), PROJECT_ROOT)
@@ -137,13 +183,30 @@ def run(cfg: DictConfig, p: Dict[str, Any], tracker: Any, tags: Dict[str, str], 
                       f"shuffled split seed {spec.shuffle_seed}), model {p['model']} ({n_params} parameters)")
         (output_dir / "traces").mkdir(parents=True, exist_ok=True)
         with connect(cfg.cluster) as client:
+            n_workers = len(live_workers(client))
             for name, settings in p["arms"].items():
                 kwargs = dict(settings)
                 algo = kwargs.pop("algo")
+                grid, kill_after = kwargs.pop("tune_lr", None), kwargs.pop("kill_worker_after_s", None)
+                extras[name] = {}
                 if algo == "downpour":
                     kwargs["snapshot_dir"] = str(output_dir / "snapshots" / name)
                 with tracker.run(name, parent_id, {**tags["arm"], "arm": name, "algo": algo}) as arm_id:
-                    tracker.log_params(arm_id, {"arm": name, "algo": algo, **kwargs})
+                    if grid:
+                        kwargs["lr"], losses = tune_lr(client, spec, p["model"], kwargs, grid, db["tune_s"], tuned)
+                        extras[name].update(lr=kwargs["lr"], lr_losses=losses)
+                        tracker.set_tags(arm_id, {"lr_tuning": ", ".join(f"{k:g}: {v:.4f}" for k, v in losses.items())
+                                                  + f" -> {kwargs['lr']:g} (mean training loss, 2nd half of "
+                                                  f"{db['tune_s']:g}s)"})
+                        console.print(f"{name}: lr {kwargs['lr']:g} of {grid} (mean training loss over the 2nd half "
+                                      f"of {db['tune_s']:g}s: {', '.join(f'{v:.3f}' for v in losses.values())})")
+                    killed: List[str] = []
+                    if kill_after is not None:
+                        kwargs["on_start"] = lambda info, after=kill_after: _kill_a_replica_worker(
+                            client, info, after, killed)
+                    tracker.log_params(arm_id, {"arm": name, "algo": algo, **{k: v for k, v in kwargs.items()
+                                                                             if k != "on_start"},
+                                                **({"kill_worker_after_s": kill_after} if kill_after else {})})
                     result = RUNNERS[algo](client, spec, p["model"], **kwargs,
                                            target_loss=target_loss if stop_at else None,
                                            target_accuracy=target_accuracy if stop_at else None,
@@ -151,6 +214,9 @@ def run(cfg: DictConfig, p: Dict[str, Any], tracker: Any, tags: Dict[str, str], 
                     loss[name] = _stats(result.trace, target_loss, result.status, "train_loss")
                     accuracy[name] = _stats(result.trace, target_accuracy, result.status, "test_accuracy")
                     failures[name] = len(result.failures)
+                    extras[name].update(failures=list(result.failures), killed=killed, counters=result.counters)
+                    if killed:  # the next arm starts with every worker back (the nanny restarts it)
+                        client.wait_for_workers(n_workers, timeout=60)
                     metrics = {**loss[name].run_metrics(), "final_test_accuracy": accuracy[name].final,
                                "failures": failures[name]}
                     if accuracy[name].reached:
@@ -177,5 +243,7 @@ def run(cfg: DictConfig, p: Dict[str, Any], tracker: Any, tags: Dict[str, str], 
                                         "tracking_s": tracker.seconds, "tracking_setup_s": tracker.setup_s})
     if tracker.enabled:
         console.print(f"tracking: {tracker.seconds:.2f}s in MLflow calls of {wall_s:.1f}s wall time ({tracker.uri})")
-    return {name: {**loss[name].run_metrics(), "final_test_accuracy": accuracy[name].final,
-                   "failures": failures[name], "status": loss[name].status} for name in loss}
+    return report.RunResults({name: {**loss[name].run_metrics(), "final_test_accuracy": accuracy[name].final,
+                                     "failures": failures[name], "status": loss[name].status} for name in loss},
+                             run_id=parent_id, stats=loss, extras=extras, accuracy=accuracy, settings=p["arms"],
+                             target=target_loss)

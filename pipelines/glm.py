@@ -108,12 +108,18 @@ def run_tracked_arm(cfg: DictConfig, plan: Plan, tracker: Any, arm_id: str, name
         tracker.log_round(arm_id, last)  # the curve ends where the run ended
     stats = report.arm_stats(result.trace, plan.target, result.status, plan.metric)
     tracker.log_metrics(arm_id, stats.run_metrics())
+    if getattr(result, "notes", None):  # what the solver chose or adjusted (sigma', H)
+        tracker.set_tags(arm_id, {"notes": "; ".join(result.notes)[:5000]})
+        for note in result.notes:
+            log.info("arm %s: %s", name, note)
     if getattr(result, "events", None):  # replicas rerun after a worker died
         tracker.set_tags(arm_id, {"recoveries": len(result.events), "events": str(result.events)[:5000]})
     result.trace.to_csv(csv, index=False)
     tracker.log_artifact(arm_id, csv)
     log.info("arm %s: %s, %s %.2e after %.2fs", name, result.status, plan.metric, last[plan.metric], result.time_s)
-    return result.trace, stats
+    extras = {"notes": list(getattr(result, "notes", []) or []),
+              **{k: getattr(result, k) for k in ("sigma", "sigma_s", "events") if hasattr(result, k)}}
+    return result.trace, stats, extras
 
 
 def run(cfg: DictConfig, plan: Plan, tracker: Any, tags: Dict[str, str], run_name: str, output_dir: Path,
@@ -130,16 +136,16 @@ def run(cfg: DictConfig, plan: Plan, tracker: Any, tags: Dict[str, str], run_nam
         warmup_s = warmup(plan.model, dataset.X, dataset.y, plan.arms)
         console.print(f"warm-up (kernel compilation): {warmup_s:.2f}s, not counted in any arm")
 
-        traces, stats = {}, {}
+        traces, stats, extras = {}, {}, {}
         (output_dir / "traces").mkdir(parents=True, exist_ok=True)
         with connect(cfg.cluster) as client:  # None: cluster=none, everything in this process
             placement = Placement(client, dataset.path, dataset.X, dataset.y, plan.model,
                                   float(getattr(validate_cluster_config(cfg.cluster), "timeout_s", 60.0)))
             for name, settings in plan.arms.items():
                 with tracker.run(name, parent_id, {**tags["arm"], "arm": name}) as arm_id:
-                    traces[name], stats[name] = run_tracked_arm(cfg, plan, tracker, arm_id, name, settings, problem,
-                                                                output_dir / "traces" / f"{name}.csv", show,
-                                                                placement)
+                    traces[name], stats[name], extras[name] = run_tracked_arm(
+                        cfg, plan, tracker, arm_id, name, settings, problem, output_dir / "traces" / f"{name}.csv",
+                        show, placement)
 
         console.print(report.table(stats, plan.baselines, plan.target))
         plots = report.save_plots(traces, plan.target, output_dir,
@@ -163,5 +169,6 @@ def run(cfg: DictConfig, plan: Plan, tracker: Any, tags: Dict[str, str], run_nam
     if tracker.enabled:
         console.print(f"tracking: {tracker.seconds:.2f}s in MLflow calls = {overhead:.1%} of {wall_s:.1f}s "
                       f"wall time; set-up {tracker.setup_s:.1f}s (import, open the store) ({tracker.uri})")
-    return {name: {**s.run_metrics(), **({"speedups": speedups} if name == plan.main_arm else {})}
-            for name, s in stats.items()}
+    return report.RunResults({name: {**s.run_metrics(), **({"speedups": speedups} if name == plan.main_arm else {})}
+                              for name, s in stats.items()}, run_id=parent_id, stats=stats, extras=extras,
+                             traces=traces, settings=plan.arms, target=plan.target)

@@ -35,6 +35,7 @@ SHIPPED_SKLEARN_SETS = ("diabetes", "breast_cancer", "iris", "wine", "digits")
 CORRELATION_KINDS = ("equicorrelated", "ar1")
 DTYPES = ("float32", "float64")
 _BLOCK = 256  # columns generated per step: fixed, so the output never depends on it
+ADDED_LATER = {"n_groups": 1}  # fields hashed into the cache key only when not at this default
 
 
 # ---------------------------------------------------------------- configs ---
@@ -44,7 +45,10 @@ class SyntheticDenseData:
 
     y = X @ coef + noise * std(X @ coef) * eps. ``correlation`` is rho: every
     pair of features has correlation rho (equicorrelated) or features j, k have
-    rho**|j-k| (ar1). Classification models use sign(y) as labels.
+    rho**|j-k| (ar1). ``n_groups`` (equicorrelated only) cuts the features into
+    that many contiguous groups, equicorrelated within a group and independent
+    across groups (features from independent sources; 1: all features one group).
+    Classification models use sign(y) as labels.
     """
 
     name: str = "synthetic_dense"
@@ -56,6 +60,7 @@ class SyntheticDenseData:
     noise: float = ruled(0.1, Real(0))
     dtype: str = ruled("float64", Options(DTYPES))
     seed: int = ruled(0, Integer(0))
+    n_groups: int = ruled(1, Integer(1))
 
 
 @dataclass
@@ -141,6 +146,9 @@ def validate_data_config(cfg: Any) -> Any:
     if hasattr(c, "n_informative") and c.n_informative > c.n_features:
         raise ValueError(f"The 'n_informative' parameter of data '{kind}' must be an int <= n_features "
                          f"({c.n_features}). Got {c.n_informative} instead.")
+    if getattr(c, "n_groups", 1) > 1 and (c.correlation_kind != "equicorrelated" or c.n_groups > c.n_features):
+        raise ValueError(f"The 'n_groups' parameter of data '{kind}' must be 1 with correlation_kind "
+                         f"{c.correlation_kind!r}, and at most n_features ({c.n_features}). Got {c.n_groups} instead.")
     return c
 
 
@@ -153,7 +161,8 @@ def resolve_path(path: str, base_dir: Path) -> Path:
 def cache_key(cfg: Any, base_dir: Path = Path(".")) -> str:
     """Hash of the config (and of the source file's identity for file datasets)."""
     c = validate_data_config(cfg)
-    fields = dataclasses.asdict(c)
+    fields = {k: v for k, v in dataclasses.asdict(c).items()
+              if not (k in ADDED_LATER and v == ADDED_LATER[k])}  # caches made before a field existed stay valid
     if c.name == "libsvm":
         src = resolve_path(c.path, base_dir)
         stat = _stat_or_fail(src)
@@ -226,13 +235,17 @@ def make_synthetic_dense(c: SyntheticDenseData, out: Path, base_dir: Path, progr
     # Written column block by column block straight into the .npy file: a
     # dataset bigger than RAM can still be made.
     X = np.lib.format.open_memmap(out / "X.npy", mode="w+", dtype=c.dtype, shape=(n, p), fortran_order=True)
-    common = rng.standard_normal(n)  # the shared factor of equicorrelated features
+    common = rng.standard_normal(n)  # the shared factor of equicorrelated features (of group 0)
+    if c.n_groups > 1:  # one factor per group (drawn after group 0's: n_groups = 1 keeps the old data)
+        common = np.column_stack([common, rng.standard_normal((n, c.n_groups - 1))])
+    group = np.minimum(np.arange(p) * c.n_groups // p, c.n_groups - 1)  # contiguous, balanced groups
     previous = None  # last column of the previous block (ar1)
     for start in range(0, p, _BLOCK):
         stop = min(start + _BLOCK, p)
         block = rng.standard_normal((n, stop - start))
         if c.correlation_kind == "equicorrelated":
-            block = np.sqrt(1 - rho) * block + np.sqrt(rho) * common[:, None]
+            shared = common[:, None] if c.n_groups == 1 else common[:, group[start:stop]]
+            block = np.sqrt(1 - rho) * block + np.sqrt(rho) * shared
         else:  # ar1: x_j = rho x_{j-1} + sqrt(1 - rho^2) z_j keeps unit variance
             for j in range(block.shape[1]):
                 if previous is not None:

@@ -52,14 +52,20 @@ class CocoaArm(CoCoA):
     distributed = True
 
     def solve(self, problem, a0=None, placement: Optional[Placement] = None):
+        sigma = setup_s = None
+        if placement is not None:  # sigma' from the data, which the driver holds: once per K and aggregation
+            key = ("sigma", self.sigma, self.n_parts, self.aggregation)
+            if key not in placement.cache:
+                placement.cache[key] = self.sigma_value(problem)
+            sigma, setup_s = placement.cache[key]
         if placement is None or placement.client is None:
             self.executor_factory = None
-            return super().solve(problem, a0)
+            return super().solve(problem, a0, sigma=sigma, setup_s=setup_s or 0.0)
         self.executor_factory = cocoa_factory(placement.client, placement.path, placement.model,
                                               placement.timeout_s)
         try:
             return super().solve(skeleton_problem(placement.model, np.asarray(placement.y),
-                                                  placement.X.shape[1]), a0)
+                                                  placement.X.shape[1]), a0, sigma=sigma, setup_s=setup_s)
         finally:
             self.executor_factory = None
 
