@@ -126,9 +126,18 @@ def run(cfg: DictConfig, p: Plan, tracker: Any, tags: Dict[str, str], run_name: 
     """Run every run of the plan under one parent run, then evaluate :data:`CLAIMS`."""
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    load_before = os.getloadavg()
     results: Dict[str, Any] = {}
     errors: Dict[str, str] = {}
+    try:
+        return _run(cfg, p, tracker, tags, run_name, output_dir, console, started, runner, results, errors)
+    except RuntimeError as error:  # the reproduce run is FAILED (error tagged); the command exits with one line
+        if not errors:
+            raise
+        raise SystemExit(f"Error: {error}") from None
+
+
+def _run(cfg, p, tracker, tags, run_name, output_dir, console, started, runner, results, errors):
+    load_before = os.getloadavg()
     with tracker.run(run_name, os.environ.get(SWEEP_PARENT_ENV), {**tags["parent"], "reproduce": "true"}) as parent:
         tracker.log_params(parent, {name: " ".join(o) for name, o in p.runs.items()})
         saved = {k: os.environ.get(k) for k in (SWEEP_PARENT_ENV, SWEEP_EXPERIMENT_ENV)}
@@ -174,7 +183,7 @@ def run(cfg: DictConfig, p: Plan, tracker: Any, tags: Dict[str, str], run_name: 
         if tracker.enabled:
             console.print(f"reproduce run {parent} in {tracker.uri}: {link(tracker.experiment_id, parent)}")
         if errors:
-            raise RuntimeError(f"run(s) {sorted(errors)} failed: {errors}")
+            raise RuntimeError(f"run(s) {sorted(errors)} failed: {errors}; their claims are not measured")
     return {"rows": rows, "results": results, "run_id": parent, "markdown": text}
 
 

@@ -101,7 +101,7 @@ def test_cocoa_end_to_end(experiment, capsys):
     out = capsys.readouterr().out
     assert "To rel_gap <= 0.0001" in out and "Mbit sent" in out
     parent, arms = family(experiment.uri)
-    assert set(arms) == {"k1", "k2_adding", "k2_averaging", "k4_adding", "k4_averaging"}
+    assert set(arms) == {"k1", "k2", "k2_safe", "k4", "k4_safe", "k4_compressed"}
     assert parent.info.status == "FINISHED"
     client = MlflowClient(experiment.uri)
     for name, run in arms.items():
@@ -111,8 +111,11 @@ def test_cocoa_end_to_end(experiment, capsys):
         assert client.get_metric_history(run.info.run_id, "bits_sent")
         m = run.data.metrics
         assert m["reached_target"] == 1 and "bits_to_target" in m
+        assert run.data.tags["notes"].startswith("sigma' = ")  # the sigma' it used, in its notes
     assert arms["k1"].data.metrics["bits_to_target"] >= 0
-    assert arms["k4_adding"].data.metrics["bits_to_target"] > 0  # four parts send dv every round
+    assert arms["k4"].data.metrics["bits_to_target"] > 0  # four parts send dv every round
+    # shifted dithering: fewer bits to the same (certified) gap than exact messages
+    assert arms["k4_compressed"].data.metrics["bits_to_target"] < arms["k4"].data.metrics["bits_to_target"]
     names = {a.path for a in client.list_artifacts(parent.info.run_id)}
     assert {"rel_gap_vs_time.png", "rel_gap_vs_bits.png"} <= names
 
