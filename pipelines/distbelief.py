@@ -5,8 +5,8 @@ and to a target test accuracy.
 
 Fair rates: with ``experiment.distbelief.lr_grid`` set, every Downpour arm that does
 not fix its own ``lr`` is tuned on that grid with the same budget (``tune_s``
-seconds per rate; the rate with the lowest training loss at the end wins), then
-run. An arm's ``kill_worker_after_s`` ends the process of a worker that holds a
+seconds per rate; the rate with the lowest mean training loss over the second
+half of its budget wins), then run. An arm's ``kill_worker_after_s`` ends the process of a worker that holds a
 replica (not the parameter server) that many seconds after the replicas start:
 its nanny restarts it and Downpour must carry on.
 
@@ -126,9 +126,11 @@ def _failures(failures: List[dict]) -> str:
     return "; ".join(f"{f['time_s']:.1f}s {f['what']}" for f in failures)[:5000]
 
 
-def _kill_a_replica_worker(client, info: Dict[str, Any], after_s: float, killed: List[str]) -> None:
+def _kill_a_replica_worker(client, info: Dict[str, Any], after_s: float, killed: List[str],
+                           timers: List[threading.Timer]) -> None:
     """``after_s`` seconds from now, end the process of a worker holding a replica but not the
-    parameter server (its nanny restarts it); a thread, so Downpour's driver keeps going."""
+    parameter server (its nanny restarts it); a timer thread, so Downpour's driver keeps going
+    (the caller cancels it if the arm ends first)."""
     victims = sorted({w for w in info["replicas"].values() if w != info["ps_worker"]})
 
     def kill() -> None:
@@ -139,7 +141,8 @@ def _kill_a_replica_worker(client, info: Dict[str, Any], after_s: float, killed:
             except Exception:  # noqa: BLE001 - a closed connection is the expected answer
                 pass
 
-    threading.Timer(after_s, kill).start()
+    timers.append(threading.Timer(after_s, kill))
+    timers[-1].start()
 
 
 def tune_lr(client, spec, model, kwargs: Dict[str, Any], grid: List[float], tune_s: float, seen: Dict) -> tuple:
@@ -201,9 +204,10 @@ def run(cfg: DictConfig, p: Dict[str, Any], tracker: Any, tags: Dict[str, str], 
                         console.print(f"{name}: lr {kwargs['lr']:g} of {grid} (mean training loss over the 2nd half "
                                       f"of {db['tune_s']:g}s: {', '.join(f'{v:.3f}' for v in losses.values())})")
                     killed: List[str] = []
+                    timers: List[threading.Timer] = []
                     if kill_after is not None:
                         kwargs["on_start"] = lambda info, after=kill_after: _kill_a_replica_worker(
-                            client, info, after, killed)
+                            client, info, after, killed, timers)
                     tracker.log_params(arm_id, {"arm": name, "algo": algo, **{k: v for k, v in kwargs.items()
                                                                              if k != "on_start"},
                                                 **({"kill_worker_after_s": kill_after} if kill_after else {})})
@@ -211,6 +215,8 @@ def run(cfg: DictConfig, p: Dict[str, Any], tracker: Any, tags: Dict[str, str], 
                                            target_loss=target_loss if stop_at else None,
                                            target_accuracy=target_accuracy if stop_at else None,
                                            callback=lambda row, arm_id=arm_id: tracker.log_round(arm_id, row))
+                    for timer in timers:  # an arm that ended before its kill: nothing to kill any more
+                        timer.cancel()
                     loss[name] = _stats(result.trace, target_loss, result.status, "train_loss")
                     accuracy[name] = _stats(result.trace, target_accuracy, result.status, "test_accuracy")
                     failures[name] = len(result.failures)

@@ -269,6 +269,8 @@ class CoCoA:
             rnd += 1
         # the parts have advanced past the certified state: the driver's a is the answer
         frame = pd.DataFrame(rows)
+        if not rows[-1]["certified"] and problem.info.get("skeleton"):
+            notes.append("stopped on an estimated gap (compressed messages): the final gap is not certified")
         if not problem.info.get("skeleton"):  # re-evaluate from a alone: no drift in z can hide
             z, off = problem.state_from(a)
         primal, dual, gap = problem.objectives(a, z, off, gap=None if not problem.info.get("skeleton")

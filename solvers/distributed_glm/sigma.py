@@ -58,8 +58,11 @@ def _basis_weights(gram_block):
 
 def _coordinate_side(A, mu, ranges, m):
     dense = _centred_gram_rows(A, mu, 0, A.shape[0], m) if not sp.issparse(A) or np.any(mu) else None
-    if dense is not None:
-        G = dense @ dense.T
+    if dense is not None:  # BLAS syrk: half a product's work (the upper triangle), then mirrored
+        from scipy.linalg.blas import dsyrk
+
+        upper = dsyrk(1.0, dense.T, trans=1)  # dense.T of a C-ordered block is Fortran-ordered: no copy
+        G = np.triu(upper) + np.triu(upper, 1).T
     else:
         G = np.asarray((A @ A.T).toarray(), dtype=np.float64)
     weights = [_basis_weights(G[lo:hi, lo:hi]) for lo, hi in ranges]
