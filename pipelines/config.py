@@ -122,10 +122,11 @@ class DistBeliefSpec:
     target_accuracy: Optional[float] = ruled(None, Either(None, Real(0, 1)))  # ... and this test accuracy
     stop_at_target: bool = True  # False: every arm runs to max_time
     lr: float = 0.1  # Downpour: the fixed rate, or Adagrad's gamma (when lr_grid is empty)
-    # Downpour arms without their own lr are tuned on this grid, tune_s seconds per rate (the same
-    # budget for every arm): the lowest training loss at the end wins. Empty: every arm uses lr.
+    # Downpour arms without their own lr are tuned on this grid, tune_samples minibatch samples per
+    # rate over all replicas (the same budget for every arm): the lowest training loss at the end
+    # wins. Empty: every arm uses lr.
     lr_grid: List[float] = field(default_factory=list)
-    tune_s: float = ruled(2.0, POSITIVE)
+    tune_samples: int = ruled(16000, Integer(1))
     batch_size: int = 32
     warmup_steps: int = ruled(0, Integer(0))  # Downpour: replica 0 alone for this many pushes
     eval_every_s: float = ruled(0.5, POSITIVE)

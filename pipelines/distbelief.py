@@ -4,9 +4,9 @@ L-BFGS on the same data and model: time and samples to a target training loss
 and to a target test accuracy.
 
 Fair rates: with ``experiment.distbelief.lr_grid`` set, every Downpour arm that does
-not fix its own ``lr`` is tuned on that grid with the same budget (``tune_s``
-seconds per rate; the rate with the lowest mean training loss over the second
-half of its budget wins), then run. An arm's ``kill_worker_after_s`` ends the process of a worker that holds a
+not fix its own ``lr`` is tuned on that grid with the same budget (``tune_samples``
+minibatch samples per rate over all replicas; the rate with the lowest training
+loss at the end wins), then run. An arm's ``kill_worker_after_s`` ends the process of a worker that holds a
 replica (not the parameter server) that many seconds after the replicas start:
 its nanny restarts it and Downpour must carry on.
 
@@ -145,17 +145,20 @@ def _kill_a_replica_worker(client, info: Dict[str, Any], after_s: float, killed:
     timers[-1].start()
 
 
-def tune_lr(client, spec, model, kwargs: Dict[str, Any], grid: List[float], tune_s: float, seen: Dict) -> tuple:
-    """(best rate, {rate: mean training loss over the second half of tune_s}) for one Downpour arm's
-    settings; each rate gets the same budget. Arms with the same settings (apart from lr) share one tuning."""
+def tune_lr(client, spec, model, kwargs: Dict[str, Any], grid: List[float], samples: int, seen: Dict) -> tuple:
+    """(best rate, {rate: training loss after ``samples``}) for one Downpour arm's settings: each rate
+    gets the same budget, ``samples`` minibatch samples over all its replicas (counted in samples, not
+    seconds, so that a busy machine does not pick the rate), and the lowest training loss at its end
+    wins. Arms with the same settings (apart from lr) share one tuning."""
     key = json.dumps({k: v for k, v in kwargs.items() if k not in ("lr", "snapshot_dir", "max_time")},
                      sort_keys=True, default=str)
     if key not in seen:
+        replicas = kwargs.get("n_replicas") or len(live_workers(client))
+        steps = max(1, math.ceil(samples / (kwargs.get("batch_size", 32) * replicas)))
         losses = {}
         for lr in grid:
-            trial = run_downpour(client, spec, model, **{**kwargs, "lr": lr, "max_time": tune_s, "snapshot_dir": None})
-            curve = trial.trace["train_loss"]
-            loss = float(curve.iloc[len(curve) // 2:].mean())  # the budget's second half: less noisy than one point
+            trial = run_downpour(client, spec, model, **{**kwargs, "lr": lr, "max_steps": steps, "snapshot_dir": None})
+            loss = float(trial.trace["train_loss"].iloc[-1])  # evaluated once every replica has stopped
             losses[lr] = loss if math.isfinite(loss) else math.inf
         seen[key] = (min(losses, key=losses.get), losses)
     return seen[key]
@@ -196,13 +199,14 @@ def run(cfg: DictConfig, p: Dict[str, Any], tracker: Any, tags: Dict[str, str], 
                     kwargs["snapshot_dir"] = str(output_dir / "snapshots" / name)
                 with tracker.run(name, parent_id, {**tags["arm"], "arm": name, "algo": algo}) as arm_id:
                     if grid:
-                        kwargs["lr"], losses = tune_lr(client, spec, p["model"], kwargs, grid, db["tune_s"], tuned)
+                        kwargs["lr"], losses = tune_lr(client, spec, p["model"], kwargs, grid, db["tune_samples"],
+                                                       tuned)
                         extras[name].update(lr=kwargs["lr"], lr_losses=losses)
                         tracker.set_tags(arm_id, {"lr_tuning": ", ".join(f"{k:g}: {v:.4f}" for k, v in losses.items())
-                                                  + f" -> {kwargs['lr']:g} (mean training loss, 2nd half of "
-                                                  f"{db['tune_s']:g}s)"})
-                        console.print(f"{name}: lr {kwargs['lr']:g} of {grid} (mean training loss over the 2nd half "
-                                      f"of {db['tune_s']:g}s: {', '.join(f'{v:.3f}' for v in losses.values())})")
+                                                  + f" -> {kwargs['lr']:g} (training loss after "
+                                                  f"{db['tune_samples']} samples)"})
+                        console.print(f"{name}: lr {kwargs['lr']:g} of {grid} (training loss after "
+                                      f"{db['tune_samples']} samples: {', '.join(f'{v:.3f}' for v in losses.values())})")
                     killed: List[str] = []
                     timers: List[threading.Timer] = []
                     if kill_after is not None:

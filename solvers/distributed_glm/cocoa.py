@@ -138,13 +138,13 @@ class CoCoA:
     def gamma(self):
         return 1.0 if self.aggregation == "adding" else 1.0 / self.n_parts
 
-    def sigma_value(self, problem):
-        """(sigma', seconds to compute it) for this problem's partition."""
+    def sigma_value(self, problem, cache=None):
+        """(sigma', seconds to compute it) for this problem's partition (``cache``: see sigma_ratio)."""
         if self.sigma == "safe":
             return self.gamma * self.n_parts, 0.0
         if self.sigma == "data":
             t0 = time.perf_counter()
-            ratio = sigma_ratio(problem, partition(problem.n_coords, self.n_parts))
+            ratio = sigma_ratio(problem, partition(problem.n_coords, self.n_parts), cache)
             return self.gamma * ratio, time.perf_counter() - t0
         return float(self.sigma), 0.0
 

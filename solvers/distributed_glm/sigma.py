@@ -56,15 +56,24 @@ def _basis_weights(gram_block):
     return V[:, keep] / np.sqrt(lam[keep])
 
 
-def _coordinate_side(A, mu, ranges, m):
-    dense = _centred_gram_rows(A, mu, 0, A.shape[0], m) if not sp.issparse(A) or np.any(mu) else None
-    if dense is not None:  # BLAS syrk: half a product's work (the upper triangle), then mirrored
-        from scipy.linalg.blas import dsyrk
+def gram(A, mu):
+    """Ac Ac^T (n x n): the centred rows' Gram matrix, the same for every partition."""
+    dense = _centred_gram_rows(A, mu, 0, A.shape[0], A.shape[1]) if not sp.issparse(A) or np.any(mu) else None
+    if dense is None:
+        return np.asarray((A @ A.T).toarray(), dtype=np.float64)
+    from scipy.linalg.blas import dsyrk  # half a product's work (the upper triangle), then mirrored
 
-        upper = dsyrk(1.0, dense.T, trans=1)  # dense.T of a C-ordered block is Fortran-ordered: no copy
-        G = np.triu(upper) + np.triu(upper, 1).T
+    upper = dsyrk(1.0, dense.T, trans=1)  # dense.T of a C-ordered block is Fortran-ordered: no copy
+    return np.triu(upper) + np.triu(upper, 1).T
+
+
+def _coordinate_side(A, mu, ranges, m, cache=None):
+    if cache is not None and "gram" in cache:
+        G = cache["gram"]
     else:
-        G = np.asarray((A @ A.T).toarray(), dtype=np.float64)
+        G = gram(A, mu)
+        if cache is not None:
+            cache["gram"] = G
     weights = [_basis_weights(G[lo:hi, lo:hi]) for lo, hi in ranges]
     cols = np.cumsum([0] + [w.shape[1] for w in weights])
     S = np.empty((cols[-1], cols[-1]))
@@ -97,14 +106,15 @@ def _sample_side(A, mu, ranges, m):
     return _top(S)
 
 
-def sigma_ratio(problem, ranges) -> float:
+def sigma_ratio(problem, ranges, cache=None) -> float:
     """max_a ||P A^T a||^2 / sum_k ||P A_[k]^T a_[k]||^2 over the parts ``ranges`` ([lo, hi)
-    rows of ``problem.A``), in [1, K]; 1.0 for one part."""
+    rows of ``problem.A``), in [1, K]; 1.0 for one part. ``cache`` (a dict kept by the caller
+    for one problem) keeps the Gram matrix for the next partition."""
     ranges = [(int(lo), int(hi)) for lo, hi in ranges]
     if len(ranges) <= 1:
         return 1.0
     A, mu = problem.A, np.asarray(problem.mu, dtype=np.float64)
     n, m = A.shape
-    value = _coordinate_side(A, mu, ranges, m) if n <= m else _sample_side(A, mu, ranges, m)
+    value = _coordinate_side(A, mu, ranges, m, cache) if n <= m else _sample_side(A, mu, ranges, m)
     # (a part with no image adds nothing; all-zero data gives 0: any sigma' is safe, keep 1)
     return float(min(max(value * (1.0 + MARGIN), 1.0), len(ranges)))

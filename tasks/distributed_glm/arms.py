@@ -26,7 +26,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from solvers.distributed_glm.cocoa import CoCoA
-from solvers.distributed_glm.diana import Diana, make_spec, reference_optimum
+from solvers.distributed_glm.diana import Diana, make_spec, reference_optimum, shard_rows
 from solvers.glm.checks import check_params
 from tasks.distributed_glm.replicas import cocoa_factory, diana_on_cluster, skeleton_problem
 from tasks.problems import labels_for
@@ -56,7 +56,7 @@ class CocoaArm(CoCoA):
         if placement is not None:  # sigma' from the data, which the driver holds: once per K and aggregation
             key = ("sigma", self.sigma, self.n_parts, self.aggregation)
             if key not in placement.cache:
-                placement.cache[key] = self.sigma_value(problem)
+                placement.cache[key] = self.sigma_value(problem, placement.cache.setdefault("sigma", {}))
             sigma, setup_s = placement.cache[key]
         if placement is None or placement.client is None:
             self.executor_factory = None
@@ -125,7 +125,12 @@ class DianaArm:
                              alpha=model.get("alpha", 1.0), C=model.get("C", 1.0))
         f_star = placement.cache[key]
         if placement.client is None:
-            result = self.diana.solve(spec, X, y, f_star=f_star)
+            # the shards' smoothness (an SVD each): once per model, data and number of workers
+            key_L = ("L", model["name"], self.diana.n_workers)
+            if key_L not in placement.cache:
+                placement.cache[key_L] = max(spec.smoothness(X[lo:hi]) for lo, hi in
+                                             shard_rows(X.shape[0], self.diana.n_workers))
+            result = self.diana.solve(spec, X, y, f_star=f_star, L=placement.cache[key_L])
         else:
             result = diana_on_cluster(placement.client, placement.path, model, self.diana, spec, f_star,
                                       placement.timeout_s)

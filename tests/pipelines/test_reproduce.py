@@ -25,7 +25,7 @@ TINY_RUNS = {
     "distbelief": ["experiment=distbelief", "data.n_samples=400", "experiment.max_time=1.5", "model.hidden=4",
                    "experiment.distbelief.eval_every_s=0.2", "experiment.distbelief.n_eval=200",
                    "experiment.distbelief.warmup_steps=5", "experiment.distbelief.lr_grid=[0.3,1.0]",
-                   "experiment.distbelief.tune_s=0.4", "experiment.arms.adagrad_killed.kill_worker_after_s=0.3",
+                   "experiment.distbelief.tune_samples=640", "experiment.arms.adagrad_killed.kill_worker_after_s=0.3",
                    "cluster.memory_limit=0"],
 }
 
