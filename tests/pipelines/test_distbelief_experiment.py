@@ -13,7 +13,8 @@ ARMS = {"sgd_1", "downpour_fixed", "downpour_adagrad", "adagrad_1", "adagrad_4",
 TINY = ["experiment=distbelief", "data.n_samples=400", "experiment.max_time=1.5", "model.hidden=4",
         "experiment.distbelief.eval_every_s=0.2", "experiment.distbelief.n_eval=200",
         "experiment.distbelief.warmup_steps=5", "cluster.memory_limit=0", "progress=false",
-        "experiment.distbelief.lr_grid=[]", "~experiment.arms.adagrad_killed", "~experiment.arms.adagrad_4"]
+        "experiment.distbelief.lr_grid=[]", "~experiment.arms.adagrad_killed", "~experiment.arms.adagrad_4",
+        "experiment.arms.sandblaster_lbfgs.max_time=1.5"]
 
 
 @pytest.mark.parametrize("overrides", [[], ["model=logistic", "data=libsvm"], ["model=mlp", "data=synthetic_dense"]])

@@ -26,6 +26,7 @@ TINY_RUNS = {
                    "experiment.distbelief.eval_every_s=0.2", "experiment.distbelief.n_eval=200",
                    "experiment.distbelief.warmup_steps=5", "experiment.distbelief.lr_grid=[0.3,1.0]",
                    "experiment.distbelief.tune_samples=640", "experiment.arms.adagrad_killed.kill_worker_after_s=0.3",
+                   "experiment.arms.adagrad_killed.max_time=1.5", "experiment.arms.sandblaster_lbfgs.max_time=1.5",
                    "cluster.memory_limit=0"],
 }
 
