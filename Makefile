@@ -13,7 +13,7 @@ PORT   ?= 5000
 MLFLOW_DB ?= mlflow.db
 
 .DEFAULT_GOAL := help
-.PHONY: help install install-gpu experiment sweep ui test test-ui test-multihost test-gpu bench bench-solvers bench-gpu bench-data
+.PHONY: help install install-gpu experiment reproduce sweep ui test test-ui test-multihost test-gpu bench bench-solvers bench-gpu bench-data
 
 help:  ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
@@ -31,6 +31,9 @@ install: $(STAMP)  ## create .venv and install the project (once per pyproject.t
 # PORT: the links printed after a run point at `make ui PORT=...`.
 experiment: $(STAMP)  ## run the default experiment (ARGS="key=value ..." for overrides)
 	PORT=$(PORT) $(PY) -m pipelines.experiment $(ARGS)
+
+reproduce: $(STAMP)  ## every seed preset, then the papers' claims beside what this machine measured (~7 min)
+	PORT=$(PORT) $(PY) -m pipelines.experiment experiment=reproduce $(ARGS)
 
 sweep: $(STAMP)  ## an example multirun: device budgets x models, one MLflow sweep run
 	PORT=$(PORT) $(PY) -m pipelines.experiment -m device.memory_budget=0.1,0.25,0.5 model=lasso,svm $(ARGS)

@@ -18,7 +18,8 @@ from typing import Any, Dict, List, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from solvers.glm.checks import DEVICES, Either, Integer, Options, Real, check, check_fields, ruled
+from solvers.glm.checks import (AUTO_OR_POSITIVE_INT, DEVICES, Either, Integer, Options, Real, check, check_fields,
+                                ruled)
 from solvers.glm.models import MODELS
 from tasks.cluster import (ClusterConfig, LocalClusterConfig, LocalCudaClusterConfig, RemoteClusterConfig,
                            SlurmClusterConfig)
@@ -49,7 +50,7 @@ class SolverConfig:
 
     name: str = "duhl"
     selection: str = "gap"
-    local_epochs: int = 1
+    local_epochs: Any = 1  # an int >= 1 (its rule; Any so that CoCoA+'s schema may also take "auto")
     max_epochs: float = 100000
     random_state: Optional[int] = 0
 
@@ -61,8 +62,13 @@ class CocoaSolverConfig(SolverConfig):
 
     name: str = "cocoa"
     n_parts: int = 2  # K replicas
-    aggregation: str = "adding"  # adding (gamma = 1, sigma' = K) | averaging (gamma = 1/K)
+    aggregation: str = "adding"  # adding (gamma = 1) | averaging (gamma = 1/K)
+    # sigma': "safe" (gamma K), "data" (the exact sigma'_min of the data and partition) or a float
+    sigma: Any = ruled("safe", Either("safe", "data", POSITIVE))
+    local_epochs: Any = ruled(1, AUTO_OR_POSITIVE_INT)  # H, or "auto": from communication / computation
     local_solver: str = "scd"
+    compressor: Any = None  # None: exact messages; an unbiased compressor (as DIANA's): shifted compression
+    shift_lr: Optional[float] = None  # the shifts' step; None: 1 / (1 + omega)
 
 
 @dataclass
@@ -115,7 +121,12 @@ class DistBeliefSpec:
     target_loss: Optional[float] = ruled(None, Either(None, Real()))  # time / samples to this training loss ...
     target_accuracy: Optional[float] = ruled(None, Either(None, Real(0, 1)))  # ... and this test accuracy
     stop_at_target: bool = True  # False: every arm runs to max_time
-    lr: float = 0.1  # Downpour: the fixed rate, or Adagrad's gamma
+    lr: float = 0.1  # Downpour: the fixed rate, or Adagrad's gamma (when lr_grid is empty)
+    # Downpour arms without their own lr are tuned on this grid, tune_samples minibatch samples per
+    # rate over all replicas (the same budget for every arm): the lowest training loss at the end
+    # wins. Empty: every arm uses lr.
+    lr_grid: List[float] = field(default_factory=list)
+    tune_samples: int = ruled(16000, Integer(1))
     batch_size: int = 32
     warmup_steps: int = ruled(0, Integer(0))  # Downpour: replica 0 alone for this many pushes
     eval_every_s: float = ruled(0.5, POSITIVE)
@@ -126,8 +137,18 @@ class DistBeliefSpec:
 
 
 @dataclass
+class ReproduceSpec:
+    """experiment.kind=reproduce (pipelines.reproduce): the runs whose numbers the claims read."""
+
+    runs: Dict[str, List[str]] = field(default_factory=dict)  # run name -> overrides (a preset and changes)
+    common: List[str] = field(default_factory=list)  # added to every run's overrides
+    only: List[str] = field(default_factory=list)  # run just these runs (empty: all); other claims: not measured
+
+
+@dataclass
 class ExperimentSpec:
-    kind: str = ruled("glm", Options(("glm", "distbelief")))  # glm: DuHL, peers, CoCoA+, DIANA arms
+    # glm: DuHL, peers, CoCoA+, DIANA arms; distbelief; reproduce: the seed presets and their claims
+    kind: str = ruled("glm", Options(("glm", "distbelief", "reproduce")))
     name: str = "duhl"
     target_rel_gap: float = ruled(1e-6, POSITIVE)  # every arm runs to this rel_gap ...
     target_suboptimality: float = ruled(1e-6, POSITIVE)  # ... or, arms without a gap (DIANA), to this F - F*
@@ -138,6 +159,7 @@ class ExperimentSpec:
     # memory_budget / max_time / a device setting); empty = one arm with the solver as configured.
     arms: Dict[str, Any] = field(default_factory=dict)
     distbelief: DistBeliefSpec = field(default_factory=DistBeliefSpec)
+    reproduce: ReproduceSpec = field(default_factory=ReproduceSpec)
 
 
 @dataclass

@@ -3,6 +3,13 @@ single-replica SGD, Downpour with a fixed rate, Downpour with Adagrad, Sandblast
 L-BFGS on the same data and model: time and samples to a target training loss
 and to a target test accuracy.
 
+Fair rates: with ``experiment.distbelief.lr_grid`` set, every Downpour arm that does
+not fix its own ``lr`` is tuned on that grid with the same budget (``tune_samples``
+minibatch samples per rate over all replicas; the rate with the lowest training
+loss at the end wins), then run. An arm's ``kill_worker_after_s`` ends the process of a worker that holds a
+replica (not the parameter server) that many seconds after the replicas start:
+its nanny restarts it and Downpour must carry on.
+
 :func:`plan` does every check that needs no data (one line, no run opened);
 :func:`run` opens the cluster, runs each arm (``experiment.arms``: an ``algo``
 of ``downpour`` / ``sandblaster`` and that runner's keyword arguments) in a
@@ -17,6 +24,7 @@ import inspect
 import json
 import math
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any, Dict, List
@@ -31,7 +39,7 @@ from pipelines.tracking import PROJECT_ROOT, SWEEP_PARENT_ENV, arm_run_name, con
 from solvers.distbelief.models import make_model
 from tasks.cluster import validate_cluster_config
 from tasks.data import cache_key, load_dataset, resolve_path, validate_data_config
-from tasks.distbelief.common import build_model, data_spec
+from tasks.distbelief.common import build_model, data_spec, live_workers
 from tasks.distbelief.downpour import run_downpour
 from tasks.distbelief.sandblaster import run_sandblaster
 from tasks.problems import describe_labels
@@ -42,6 +50,7 @@ RESERVED = {"client", "spec", "model_cfg", "callback", "on_start", "on_round", "
             "snapshot_dir", "parts"}
 MODELS = ("logistic", "svm", "mlp", "ridge")
 UNUSED = ("solver", "device", "experiment.target_rel_gap", "experiment.target_suboptimality")  # not params here
+PIPELINE_KEYS = {"downpour": {"kill_worker_after_s"}, "sandblaster": set()}  # arm keys the pipeline handles
 
 
 def runner_keys(algo: str) -> set:
@@ -77,11 +86,14 @@ def plan(cfg: DictConfig) -> Dict[str, Any]:
         if algo not in RUNNERS:
             raise ValueError(f"The 'algo' parameter of arm '{name}' must be one of {sorted(RUNNERS)}. "
                              f"Got {algo!r} instead.")
-        unknown = sorted(set(arm) - runner_keys(algo))
+        known = runner_keys(algo) | PIPELINE_KEYS[algo]
+        unknown = sorted(set(arm) - known)
         if unknown:
-            raise ValueError(f"Arm '{name}' has unknown key(s) {unknown}. Known: {sorted(runner_keys(algo))}.")
+            raise ValueError(f"Arm '{name}' has unknown key(s) {unknown}. Known: {sorted(known)}.")
         shared = {k: v for k, v in db.items() if k in runner_keys(algo)}
-        arms[name] = {"algo": algo, **shared, "max_time": float(max_time), "seed": int(cfg.seed), **arm}
+        tune = algo == "downpour" and bool(db["lr_grid"]) and "lr" not in arm
+        arms[name] = {"algo": algo, **shared, "max_time": float(max_time), "seed": int(cfg.seed), **arm,
+                      **({"tune_lr": list(db["lr_grid"])} if tune else {})}
     if not arms:
         raise ValueError("The 'arms' parameter of experiment must name at least one arm for experiment.kind="
                          "'distbelief'.")
@@ -118,6 +130,46 @@ def _failures(failures: List[dict]) -> str:
     return "; ".join(f"{f['time_s']:.1f}s {f['what']}" for f in failures)[:5000]
 
 
+def _kill_a_replica_worker(client, info: Dict[str, Any], after_s: float, killed: List[str],
+                           timers: List[threading.Timer]) -> None:
+    """``after_s`` seconds from now, end the process of a worker holding a replica but not the
+    parameter server (its nanny restarts it); a timer thread, so Downpour's driver keeps going
+    (the caller cancels it if the arm ends first)."""
+    victims = sorted({w for w in info["replicas"].values() if w != info["ps_worker"]})
+
+    def kill() -> None:
+        if victims:
+            killed.append(victims[0])
+            try:  # the worker dies before it can answer
+                client.run(os._exit, 1, workers=victims[:1], on_error="ignore")
+            except Exception:  # noqa: BLE001 - a closed connection is the expected answer
+                pass
+
+    timers.append(threading.Timer(after_s, kill))
+    timers[-1].start()
+
+
+def tune_lr(client, spec, model, kwargs: Dict[str, Any], grid: List[float], samples: int, seen: Dict,
+            parts: Any = None) -> tuple:
+    """(best rate, {rate: training loss after ``samples``}) for one Downpour arm's settings: each rate
+    gets the same budget, ``samples`` minibatch samples over all its replicas (counted in samples, not
+    seconds, so that a busy machine does not pick the rate), and the lowest training loss at its end
+    wins. Arms with the same settings (apart from lr) share one tuning."""
+    key = json.dumps({k: v for k, v in kwargs.items() if k not in ("lr", "snapshot_dir", "max_time")},
+                     sort_keys=True, default=str)
+    if key not in seen:
+        replicas = kwargs.get("n_replicas") or len(live_workers(client))
+        steps = max(1, math.ceil(samples / (kwargs.get("batch_size", 32) * replicas)))
+        losses = {}
+        for lr in grid:
+            trial = run_downpour(client, spec, model, **{**kwargs, "lr": lr, "max_steps": steps, "snapshot_dir": None},
+                                 parts=parts)
+            loss = float(trial.trace["train_loss"].iloc[-1])  # evaluated once every replica has stopped
+            losses[lr] = loss if math.isfinite(loss) else math.inf
+        seen[key] = (min(losses, key=losses.get), losses)
+    return seen[key]
+
+
 def _stats(trace, target, status, metric) -> report.ArmStats:
     # a target not set is never reached: below any loss, above any accuracy
     unset = math.inf if metric in report.RISING else -math.inf
@@ -135,6 +187,8 @@ def run(cfg: DictConfig, p: Dict[str, Any], tracker: Any, tags: Dict[str, str], 
     main_arm, baselines = cfg.experiment.main_arm, list(cfg.experiment.baselines)
     colours = ui.arm_colours(p["arms"], main_arm, baselines)
     data_model = flatten({"model": p["model"], "data": dataclasses.asdict(p["data"])})
+    extras: Dict[str, dict] = {}
+    tuned: Dict[str, tuple] = {}
     with tracker.run(run_name, os.environ.get(SWEEP_PARENT_ENV), tags["parent"]) as parent_id:
         # the groups DistBelief uses: not solver/ or device/, not the GLM targets
         tracker.log_params(parent_id, config_params(OmegaConf.to_container(cfg, resolve=True), UNUSED))
@@ -150,22 +204,47 @@ def run(cfg: DictConfig, p: Dict[str, Any], tracker: Any, tags: Dict[str, str], 
         (output_dir / "traces").mkdir(parents=True, exist_ok=True)
         with cluster_and_data(cfg.cluster, dataset.path, console, output_dir) as (client, parts):
             tracker.set_tags(parent_id, {"data_access": parts.access})
+            n_workers = len(live_workers(client))
             for name, settings in p["arms"].items():
                 kwargs = dict(settings)
                 algo = kwargs.pop("algo")
+                grid, kill_after = kwargs.pop("tune_lr", None), kwargs.pop("kill_worker_after_s", None)
+                extras[name] = {}
                 if algo == "downpour" and parts.access == "mmap":  # shard snapshots need a shared filesystem
                     kwargs["snapshot_dir"] = str(output_dir / "snapshots" / name)
                 arm_tags = {**tags["arm"], "arm": name, "algo": algo, "mlflow.runColor": colours[name]}
                 with tracker.run(arm_run_name(name, run_name), parent_id, arm_tags) as arm_id, \
                         arm_on(client, parts, tracker, arm_id):
-                    tracker.log_params(arm_id, {"arm": name, "algo": algo, **kwargs, **data_model})
+                    if grid:
+                        kwargs["lr"], losses = tune_lr(client, spec, p["model"], kwargs, grid, db["tune_samples"],
+                                                       tuned, parts)
+                        extras[name].update(lr=kwargs["lr"], lr_losses=losses)
+                        tracker.set_tags(arm_id, {"lr_tuning": ", ".join(f"{k:g}: {v:.4f}" for k, v in losses.items())
+                                                  + f" -> {kwargs['lr']:g} (training loss after "
+                                                  f"{db['tune_samples']} samples)"})
+                        console.print(f"{name}: lr {kwargs['lr']:g} of {grid} (training loss after "
+                                      f"{db['tune_samples']} samples: {', '.join(f'{v:.3f}' for v in losses.values())})")
+                    killed: List[str] = []
+                    timers: List[threading.Timer] = []
+                    if kill_after is not None:
+                        kwargs["on_start"] = lambda info, after=kill_after: _kill_a_replica_worker(
+                            client, info, after, killed, timers)
+                    tracker.log_params(arm_id, {"arm": name, "algo": algo, **{k: v for k, v in kwargs.items()
+                                                                             if k != "on_start"},
+                                                **({"kill_worker_after_s": kill_after} if kill_after else {}),
+                                                **data_model})
                     result = RUNNERS[algo](client, spec, p["model"], **kwargs, parts=parts,
                                            target_loss=target_loss if stop_at else None,
                                            target_accuracy=target_accuracy if stop_at else None,
                                            callback=lambda row, arm_id=arm_id: tracker.log_round(arm_id, row))
+                    for timer in timers:  # an arm that ended before its kill: nothing to kill any more
+                        timer.cancel()
                     loss[name] = _stats(result.trace, target_loss, result.status, "train_loss")
                     accuracy[name] = _stats(result.trace, target_accuracy, result.status, "test_accuracy")
                     failures[name] = len(result.failures)
+                    extras[name].update(failures=list(result.failures), killed=killed, counters=result.counters)
+                    if killed:  # the next arm starts with every worker back (the nanny restarts it)
+                        client.wait_for_workers(n_workers, timeout=60)
                     metrics = {**loss[name].run_metrics(), "final_test_accuracy": accuracy[name].final,
                                "failures": failures[name]}
                     if accuracy[name].reached:
@@ -208,5 +287,7 @@ def run(cfg: DictConfig, p: Dict[str, Any], tracker: Any, tags: Dict[str, str], 
     if tracker.enabled:
         console.print(f"tracking: {tracker.seconds:.2f}s in MLflow calls of {wall_s:.1f}s wall time ({tracker.uri})")
         ui.print_links(console, tracker, parent_id, view_id, "the comparison")
-    return {name: {**loss[name].run_metrics(), "final_test_accuracy": accuracy[name].final,
-                   "failures": failures[name], "status": loss[name].status} for name in loss}
+    return report.RunResults({name: {**loss[name].run_metrics(), "final_test_accuracy": accuracy[name].final,
+                                     "failures": failures[name], "status": loss[name].status} for name in loss},
+                             run_id=parent_id, stats=loss, extras=extras, accuracy=accuracy, settings=p["arms"],
+                             target=target_loss)

@@ -6,8 +6,9 @@ run the experiment its ``experiment.kind`` names, tracked in MLflow, with a repo
     python -m pipelines.experiment experiment=distbelief    # Downpour / Sandblaster
     python -m pipelines.experiment -m device.memory_budget=0.1,0.25,0.5 model=lasso,svm
 
-Kinds: ``glm`` (:mod:`pipelines.glm`: DuHL, peer, CoCoA+ and DIANA arms) and
-``distbelief`` (:mod:`pipelines.distbelief`). Order matters: every check that
+Kinds: ``glm`` (:mod:`pipelines.glm`: DuHL, peer, CoCoA+ and DIANA arms),
+``distbelief`` (:mod:`pipelines.distbelief`) and ``reproduce`` (:mod:`pipelines.reproduce`:
+the seed presets, then each paper's claims beside what was measured). Order matters: every check that
 needs no data runs first (one-line error, exit 1, no data made, no run opened;
 device=cuda without a GPU: exit 2); then one parent run holds the experiment
 and one nested run per arm. See README.md for the config groups.
@@ -30,7 +31,7 @@ from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 from rich.console import Console
 
-from pipelines import distbelief, glm
+from pipelines import distbelief, glm, reproduce
 from pipelines.config import register_configs
 from pipelines.sweep import job_label, sweep_values
 from pipelines.tracking import SWEEP_PARENT_ENV, open_tracker, run_tags, stop_on_sigterm
@@ -40,7 +41,7 @@ from tasks.cluster import ClusterLost
 from tasks.data import DataError
 
 register_configs()
-KINDS = {"glm": glm, "distbelief": distbelief}
+KINDS = {"glm": glm, "distbelief": distbelief, "reproduce": reproduce}
 
 
 def _kind(cfg: DictConfig):
@@ -92,8 +93,10 @@ def run_experiment(cfg: DictConfig, output_dir: Path, run_name: str = "", overri
         parent_tags.update(sweep_job="" if job_num is None else job_num,
                            sweep_values=json.dumps(sweep_values(overrides)))
     tags = {"arm": arm_tags, "parent": parent_tags}
+    more = {"runner": run_experiment} if kind is reproduce else {}  # it runs the other presets
     try:
-        return kind.run(cfg, plan, tracker, tags, run_name or cfg.experiment.name, output_dir, console, started)
+        return kind.run(cfg, plan, tracker, tags, run_name or cfg.experiment.name, output_dir, console, started,
+                        **more)
     except (ClusterLost, ConnectionError) as error:  # the runs are FAILED with the error tagged
         raise SystemExit(f"Error: {type(error).__name__}: {error}") from None
     except DataError as error:  # a file or label problem found once the data is read: one line

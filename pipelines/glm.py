@@ -143,7 +143,7 @@ def run_tracked_arm(cfg: DictConfig, plan: Plan, tracker: Any, arm_id: str, name
         tracker.log_round(arm_id, last)  # the curve ends where the run ended
     stats = report.arm_stats(result.trace, plan.target, result.status, plan.metric)
     tracker.log_metrics(arm_id, stats.run_metrics())
-    notes = list(getattr(result, "notes", []))
+    notes = list(getattr(result, "notes", []) or [])  # what the solver chose or adjusted (sigma', H)
     tracker.set_tags(arm_id, {"status": result.status, **({"notes": "; ".join(notes)[:5000]} if notes else {})})
     for note in notes:
         log.info("arm %s: %s", name, note)
@@ -152,7 +152,9 @@ def run_tracked_arm(cfg: DictConfig, plan: Plan, tracker: Any, arm_id: str, name
     result.trace.to_csv(csv, index=False)
     tracker.log_artifact(arm_id, csv)
     log.info("arm %s: %s, %s %.2e after %.2fs", name, result.status, plan.metric, last[plan.metric], result.time_s)
-    return result.trace, stats
+    extras = {"notes": list(getattr(result, "notes", []) or []),
+              **{k: getattr(result, k) for k in ("sigma", "sigma_s", "events") if hasattr(result, k)}}
+    return result.trace, stats, extras
 
 
 def run(cfg: DictConfig, plan: Plan, tracker: Any, tags: Dict[str, str], run_name: str, output_dir: Path,
@@ -175,7 +177,7 @@ def run(cfg: DictConfig, plan: Plan, tracker: Any, tags: Dict[str, str], run_nam
         warmup_s = warmup(plan.model, dataset.X, dataset.y, plan.arms)
         console.print(f"warm-up (kernel compilation): {warmup_s:.2f}s, not counted in any arm")
 
-        traces, stats = {}, {}
+        traces, stats, extras = {}, {}, {}
         (output_dir / "traces").mkdir(parents=True, exist_ok=True)
         # client None: cluster=none, everything in this process
         with cluster_and_data(cfg.cluster, dataset.path, console, output_dir) as (client, parts):
@@ -187,9 +189,9 @@ def run(cfg: DictConfig, plan: Plan, tracker: Any, tags: Dict[str, str], run_nam
                 arm_tags = {**tags["arm"], "arm": name, "mlflow.runColor": colours[name]}
                 with tracker.run(arm_run_name(name, run_name), parent_id, arm_tags) as arm_id, \
                         arm_on(client, parts, tracker, arm_id):
-                    traces[name], stats[name] = run_tracked_arm(cfg, plan, tracker, arm_id, name, settings, problem,
-                                                                output_dir / "traces" / f"{name}.csv", show,
-                                                                placement)
+                    traces[name], stats[name], extras[name] = run_tracked_arm(
+                        cfg, plan, tracker, arm_id, name, settings, problem, output_dir / "traces" / f"{name}.csv",
+                        show, placement)
 
         summary = report.table(stats, plan.baselines, plan.target)
         console.print(summary)
@@ -216,8 +218,9 @@ def run(cfg: DictConfig, plan: Plan, tracker: Any, tags: Dict[str, str], run_nam
         console.print(f"tracking: {tracker.seconds:.2f}s in MLflow calls = {overhead:.1%} of {wall_s:.1f}s "
                       f"wall time; set-up {tracker.setup_s:.1f}s (import, open the store) ({tracker.uri})")
         ui.print_links(console, tracker, parent_id, view_id, "the comparison")
-    return {name: {**s.run_metrics(), **({"speedups": speedups} if name == plan.main_arm else {})}
-            for name, s in stats.items()}
+    return report.RunResults({name: {**s.run_metrics(), **({"speedups": speedups} if name == plan.main_arm else {})}
+                              for name, s in stats.items()}, run_id=parent_id, stats=stats, extras=extras,
+                             traces=traces, settings=plan.arms, target=plan.target)
 
 
 def describe(tracker: Any, parent_id: str, run_name: str, title: str, plan: Plan, stats: Dict[str, Any],

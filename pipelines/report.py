@@ -38,6 +38,8 @@ class ArmStats:
     bits_sent: float = math.nan  # the whole run (NaN: the solver sends nothing)
     samples_to_target: float = math.nan
     samples: float = math.nan
+    rounds_to_target: float = math.nan  # (communication rounds: compared, not logged)
+    rounds: float = math.nan
 
     def run_metrics(self) -> Dict[str, float]:
         """The per-run metrics of the vocabulary (to-target ones only when reached)."""
@@ -67,9 +69,13 @@ def progress_metric(trace: pd.DataFrame) -> str:
 
 
 def first_hit(trace: pd.DataFrame, column: str, target: float) -> Optional[pd.Series]:
-    """The first row at or below the target (at or above it for a rising column), or None."""
+    """The first row at or below the target (at or above it for a rising column), or None.
+    In a trace with a ``certified`` column (compressed CoCoA+: some gaps are estimates),
+    only certified rows count."""
     if column not in trace.columns:
         return None
+    if "certified" in trace.columns:
+        trace = trace[trace["certified"] > 0]
     values = trace[column]
     hits = trace[values >= target] if column in RISING else trace[values <= target]
     return hits.iloc[0] if len(hits) else None
@@ -91,7 +97,23 @@ def arm_stats(trace: pd.DataFrame, target: float, status: str = "", metric: Opti
         bytes_to_target=at(first, "bytes_h2d"), final=float(last[metric]),
         time_s=float(last["time_s"]), epochs=at(last, "epoch"), bytes_h2d=at(last, "bytes_h2d"),
         status=status, metric=metric, bits_to_target=at(first, "bits_sent"), bits_sent=at(last, "bits_sent"),
-        samples_to_target=at(first, "samples"), samples=at(last, "samples"))
+        samples_to_target=at(first, "samples"), samples=at(last, "samples"),
+        rounds_to_target=at(first, "round"), rounds=at(last, "round"))
+
+
+class RunResults(dict):
+    """What an experiment returns: per-arm numbers (the dict, as before), and for callers
+    that compare experiments (pipelines.reproduce) the parent run's id, each arm's
+    :class:`ArmStats` (``stats``; DistBelief also ``accuracy``) and what each solver
+    noted (``extras``: sigma', H, ...)."""
+
+    def __init__(self, arms: Mapping[str, dict], run_id: str = "", stats: Optional[Mapping[str, "ArmStats"]] = None,
+                 extras: Optional[Mapping[str, dict]] = None, **more: Mapping):
+        super().__init__(arms)
+        self.run_id = run_id
+        self.stats = dict(stats or {})
+        self.extras = dict(extras or {})
+        self.more = dict(more)
 
 
 @dataclass
@@ -105,11 +127,22 @@ class Speedup:
 
 def speedup(arm: ArmStats, baseline: ArmStats) -> Optional[Speedup]:
     """None when the arm itself did not reach the target (nothing to compare)."""
-    if not arm.reached or arm.time_to_target_s <= 0:
+    return advantage(arm, baseline, "time")
+
+
+def advantage(arm: ArmStats, baseline: ArmStats, on: str = "time") -> Optional[Speedup]:
+    """How many times less ``on`` (time, epochs, rounds, bits or samples to the target) the arm
+    needed than the baseline; a lower bound (the baseline's whole run) when the baseline
+    did not reach the target; None when the arm did not."""
+    to_target, whole = {"time": ("time_to_target_s", "time_s"), "epochs": ("epochs_to_target", "epochs"),
+                        "rounds": ("rounds_to_target", "rounds"), "bits": ("bits_to_target", "bits_sent"),
+                        "samples": ("samples_to_target", "samples")}[on]
+    mine = getattr(arm, to_target)
+    if not arm.reached or not mine > 0:
         return None
     if baseline.reached:
-        return Speedup(baseline.time_to_target_s / arm.time_to_target_s, False)
-    return Speedup(baseline.time_s / arm.time_to_target_s, True)
+        return Speedup(getattr(baseline, to_target) / mine, False)
+    return Speedup(getattr(baseline, whole) / mine, True)
 
 
 def speedup_metrics(stats: Mapping[str, ArmStats], main_arm: str) -> Dict[str, float]:

@@ -43,7 +43,7 @@ EXPERIMENT_NOTE = ("duhl-lab: a run per comparison, its arms nested under it (+)
 # The per-round names of ARCHITECTURE.md's vocabulary; other trace columns go to the CSV only.
 ROUND_METRICS = ("time_s", "epoch", "primal", "dual", "gap", "rel_gap", "bytes_h2d", "swaps",
                  "bits_sent", "suboptimality", "train_loss", "test_accuracy", "staleness_mean",
-                 "samples", "staleness_max")
+                 "samples", "staleness_max", "certified", "bytes_disk", "disk_s")
 # Logged beside them as log10_<name>: the UI's log axis reads ticks below 1e-6 as "0".
 LOG10_METRICS = ("rel_gap", "suboptimality")
 MAX_METRICS_PER_BATCH = 1000  # MLflow's limit for log_batch

@@ -31,10 +31,12 @@ A scheduler lost mid-run surfaces as ``ClusterLost`` (one line).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import gc
 import os
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Mapping, Optional
 
@@ -302,10 +304,20 @@ def connect(cluster_cfg: Any) -> Iterator[Optional[Any]]:
                 client.wait_for_workers(wanted, timeout=c.timeout_s)
             yield client
         finally:
-            client.close(timeout=c.timeout_s)
+            _close(client, c)
     finally:
         if cluster is not None:
-            cluster.close(timeout=c.timeout_s)
+            _close(cluster, c)
+
+
+def _close(thing: Any, c: Any) -> None:
+    """Close a client or a cluster we started. The work is done by then: a slow shutdown (a loaded
+    machine, a nanny killing a worker that did not stop in time) warns instead of failing it."""
+    try:
+        thing.close(timeout=c.timeout_s)
+    except (TimeoutError, asyncio.TimeoutError) as error:
+        warnings.warn(f"closing the {c.name} cluster's {type(thing).__name__} timed out ({error!r}); "
+                      "some of its processes may outlive it", RuntimeWarning, stacklevel=3)
 
 
 def _join(c: RemoteClusterConfig):

@@ -3,8 +3,7 @@
 Ma, Smith, Jaggi, Jordan, Richtárik, Takáč, "Adding vs. Averaging in
 Distributed Primal-Dual Optimization", ICML 2015 (CoCoA+), in the primal-dual
 form of :mod:`solvers.glm.problems` (O(a) = f(A a) + sum_i g_i(a_i), f(v) = c/2
-||P v - b||^2 with P the centring when an intercept is fitted, 1/c-smooth...
-i.e. f is c-smooth).
+||P v - b||^2 with P the centring when an intercept is fitted: f is c-smooth).
 
 Part k owns coordinates [k] (features for Lasso/ElasticNet/Ridge: model
 parallelism; samples for SVM/logistic solved in the dual: data parallelism)
@@ -12,21 +11,32 @@ and, given the shared v = A a, approximately minimises its local subproblem
 
     G_k(da) = <grad f(v), A_[k] da> + (sigma' c / 2) ||P A_[k] da||^2 + sum_{i in [k]} g_i(a_i + da_i)
 
-(the (1/K) f(v) constant dropped), with sigma' = K gamma the safe choice for
-aggregation a += gamma da (adding: gamma = 1, sigma' = K; averaging: gamma =
-1/K, sigma' = 1). G_k is our form again with c' = sigma' c and the local
-state z' = z + c' A_[k] da, off' = off / sigma' + mu_[k] . da (so that
-u' = z' - c' off' = u + c' P A_[k] da): the same SCD kernel, run with
-curvature c' ||A_i - mu_i||^2, minimises it. A part returns
-dv = A_[k] da = (z' - z) / c' and d_off = mu_[k] . da; the driver sets
-z += gamma c sum_k dv_k, off += gamma sum_k d_off_k.
+(the (1/K) f(v) constant dropped) for aggregation a += gamma da (adding: gamma =
+1; averaging: gamma = 1/K). Any sigma' >= sigma'_min = gamma max_a ||P A a||^2 /
+sum_k ||P A_[k] a_[k]||^2 is safe; sigma'_min <= gamma K (``sigma="safe"``, the
+paper's choice, needs no data); ``sigma="data"`` computes sigma'_min exactly
+(:mod:`solvers.distributed_glm.sigma`): about gamma on parts whose columns are
+nearly orthogonal, gamma K on equicorrelated ones. G_k is our form again with
+c' = sigma' c and the local state z' = z + c' A_[k] da, off' = off / sigma' +
+mu_[k] . da: the same SCD kernel minimises it (:mod:`solvers.distributed_glm.cocoa_part`).
+The driver sets z += gamma c sum_k dv_k, off += gamma sum_k d_off_k.
 
 The duality gap is a sum of coordinate gaps, so each part sums its own at the
 broadcast state; the driver adds K numbers. A round's gaps are those of the
-state the round starts from (computed by the part just before its local
-epochs), so every reported gap is exact; on convergence the driver returns
-that certified start state. K = 1, gamma = 1 is single-machine SCD (DuHL with
-all data resident): same coordinate order, same trace.
+state the round starts from, so every reported gap is exact; on convergence
+the driver returns that certified start state. K = 1, gamma = 1 is
+single-machine SCD (DuHL with all data resident): same coordinate order, same trace.
+
+Compressed messages (``compressor``): each part sends Q(v_k - h_k) with DIANA's
+shifts h_k (see cocoa_part); the driver's v is then an unbiased estimate, so a
+round's gap is an estimate (``certified`` = 0 in the trace). When an estimate
+meets the tolerance the driver asks the parts for one exact round, and stops
+only on a certified gap at or below it.
+
+Local epochs H (``local_epochs``) per round, or ``"auto"``: rounds 0 and 1 run
+one epoch; from round 1's timings H = (communication + the gap pass) / one local
+epoch (1 to ``MAX_AUTO_EPOCHS``), so a round spends about as long in local epochs
+as in everything else (in-process, where nothing is communicated, H = 1 or 2).
 
 Local solvers: ``"scd"`` (H epochs of in-memory SCD over the part) or
 ``"duhl"`` (DuHL under a device ``memory_budget`` for H epochs' worth of
@@ -36,131 +46,29 @@ coordinate updates on the local subproblem).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
-from solvers.duhl.solver import DuHL
-from solvers.glm.checks import check_params
+from solvers.distributed_glm.cocoa_part import (CocoaPart, InProcessParts, RoundOutput,  # noqa: F401 (re-exported)
+                                                 default_shift_lr, part_seed, partition, sub_problem)
+from solvers.distributed_glm.compression import make_compressor
+from solvers.distributed_glm.sigma import sigma_ratio
+from solvers.glm.checks import AUTO_OR_POSITIVE_INT, Either, Real, check_params
 from solvers.glm.trace import SolveResult
-from solvers.kernels import cpu
 
 AGGREGATIONS = ("adding", "averaging")
-
-
-def partition(n_coords, n_parts):
-    """Contiguous, balanced [lo, hi) ranges of coordinates (rows of A: slices are views)."""
-    edges = np.linspace(0, n_coords, n_parts + 1).round().astype(np.int64)
-    return [(int(edges[k]), int(edges[k + 1])) for k in range(n_parts)]
-
-
-def sub_problem(problem, lo, hi):
-    """The Problem restricted to coordinates [lo, hi): same f (c, b), its rows of A."""
-    A = problem.A[lo:hi]
-    return replace(problem, A=A, mu=np.asarray(problem.mu[lo:hi]), sqnorm=np.asarray(problem.sqnorm[lo:hi]),
-                   info=dict(problem.info, coords=(lo, hi)))
-
-
-def part_seed(random_state, k):
-    if random_state is None:
-        return None
-    return random_state if k == 0 else [int(random_state), k]
-
-
-class CocoaPart:
-    """One part's state machine: its coordinates' a and its local solver.
-
-    ``round(z, off)``: gap of its coordinates at the broadcast state, then H
-    local epochs; returns (gap, dv, d_off, da, seconds). The part applies
-    a += gamma da itself; ``set_a`` rebuilds it from the driver's copy.
-    """
-
-    def __init__(self, problem, lo, hi, n_parts, gamma, sigma, local_epochs=1, local_solver="scd",
-                 memory_budget=None, device="cpu", random_state=None, a0=None, prefetch="auto",
-                 gap_kernel="tpa", concurrency="auto"):
-        self.problem = sub_problem(problem, lo, hi)
-        self.lo, self.hi = lo, hi
-        self.gamma, self.sigma = float(gamma), float(sigma)
-        self.local_epochs = int(local_epochs)
-        self.local_solver = local_solver
-        self.memory_budget = memory_budget
-        self.device = device
-        self.prefetch = prefetch
-        self.gap_kernel = gap_kernel
-        self.concurrency = concurrency
-        self.rng = np.random.default_rng(random_state)
-        self.a = np.zeros(hi - lo) if a0 is None else np.array(a0, dtype=np.float64)
-        if local_solver == "scd" and device != "cpu":
-            raise ValueError("local_solver='scd' runs on the CPU; use local_solver='duhl' with device "
-                             f"{device!r}.")
-
-    def set_a(self, a):
-        self.a = np.array(a, dtype=np.float64)
-
-    def gaps(self, z, off):
-        return float(self.problem.coordinate_gaps(self.a, z, off).sum())
-
-    def local_update(self, z, off):
-        """H epochs on the local subproblem; returns (dv, d_off, da)."""
-        p = self.problem
-        c_local = self.sigma * p.c
-        if self.local_solver == "scd":
-            a = self.a.copy()
-            zl = np.array(z, dtype=np.float64)
-            offl = np.array([off[0] / self.sigma])
-            n = p.n_coords
-            coords = np.arange(n, dtype=np.int64)
-            for _ in range(self.local_epochs):
-                order = self.rng.permutation(n)
-                if p.sparse:
-                    cpu.scd_epoch_sparse(p.A.indptr, p.A.indices, p.A.data, coords, order, a, zl, offl,
-                                         p.mu, p.sqnorm, c_local, p.theta)
-                else:
-                    cpu.scd_epoch_dense(p.A, coords, order, a, zl, offl, p.mu, p.sqnorm, c_local, p.theta)
-            da = a - self.a
-            return (zl - z) / c_local, offl[0] - off[0] / self.sigma, da
-        # DuHL on the local subproblem: c' = sigma c and b' chosen so that its
-        # start state is (a_k, z, off / sigma) up to a constant shift of u that P removes
-        Ak_a = p.state_from(self.a)[0] / p.c + p.b  # A_[k]^T a_k
-        shift = float(p.mu @ self.a) - off[0] / self.sigma
-        local = replace(p, c=c_local, b=Ak_a - np.asarray(z) / c_local + shift)
-        solver = DuHL(memory_budget=self.memory_budget, selection="gap", local_epochs=1, tol=0.0,
-                      max_epochs=self.local_epochs, device=self.device, random_state=self.rng,
-                      prefetch=self.prefetch, gap_kernel=self.gap_kernel,
-                      concurrency=self.concurrency)
-        res = solver.solve(local, a0=self.a)
-        da = res.a - self.a
-        return res.v - Ak_a, float(p.mu @ da), da
-
-    def round(self, z, off):
-        t0 = time.perf_counter()
-        gap = self.gaps(z, off)
-        dv, d_off, da = self.local_update(z, off)
-        self.a += self.gamma * da
-        return gap, dv, d_off, da, time.perf_counter() - t0
-
-
-class InProcessParts:
-    """The parts in this process (the math's executor; tasks/replicas has the Dask one)."""
-
-    def __init__(self, parts):
-        self.parts = parts
-        self.events = []
-
-    def round(self, z, off):
-        return [p.round(z, off) for p in self.parts]
-
-    def gaps(self, z, off):
-        return [p.gaps(z, off) for p in self.parts]
-
-    def close(self):
-        pass
+MAX_AUTO_EPOCHS = 100
+RULES = {"local_epochs": AUTO_OR_POSITIVE_INT, "sigma": Either("safe", "data", Real(0, None, "neither"))}
 
 
 @dataclass
 class CocoaResult(SolveResult):
-    bytes_dv: int = 0       # bytes of delta-v sent to the driver, cumulative
+    bytes_dv: int = 0       # bytes of the parts' messages (float64 arrays) sent to the driver, cumulative
+    bits_sent: int = 0      # the same messages on the wire (compression's convention: 32-bit floats)
+    sigma: float = 0.0      # the sigma' the parts used
+    sigma_s: float = 0.0    # seconds spent computing it (set-up: not in time_s)
     events: list = field(default_factory=list)  # recoveries from lost workers
 
 
@@ -172,20 +80,28 @@ class CoCoA:
     n_parts : int
         K, the number of parts (replicas).
     aggregation : {"adding", "averaging"}
-        gamma = 1, sigma' = K (CoCoA+) or gamma = 1/K, sigma' = 1 (CoCoA).
-    local_epochs : int
-        H, local epochs per round.
+        gamma = 1 (CoCoA+) or gamma = 1/K (CoCoA).
+    sigma : {"safe", "data"} or float
+        sigma': gamma K, the exact sigma'_min of the data and partition, or a value.
+    local_epochs : int or "auto"
+        H, local epochs per round (auto: from the measured communication / computation).
     local_solver : {"scd", "duhl"}
         In-memory SCD, or DuHL with ``memory_budget`` of each part on its device.
+    compressor : None, a name or a mapping (see compression.make_compressor)
+        None: exact messages. An unbiased compressor: DIANA-style shifted compression.
+    shift_lr : float or None
+        The shifts' step (None: 1 / (1 + omega)).
     tol, max_epochs, max_time, random_state, callback, prefetch, gap_kernel, concurrency : as DuHL.
     """
 
     def __init__(self, n_parts=2, aggregation="adding", local_epochs=1, local_solver="scd",
                  memory_budget=None, selection="gap", tol=1e-6, max_epochs=1000, max_time=None,
                  device="cpu", random_state=None, callback=None, executor_factory=None,
-                 prefetch="auto", gap_kernel="tpa", concurrency="auto"):
+                 prefetch="auto", gap_kernel="tpa", concurrency="auto", sigma="safe", compressor=None,
+                 shift_lr=None):
         self.n_parts = n_parts
         self.aggregation = aggregation
+        self.sigma = sigma
         self.local_epochs = local_epochs
         self.local_solver = local_solver
         self.memory_budget = memory_budget
@@ -200,53 +116,83 @@ class CoCoA:
         self.random_state = random_state
         self.callback = callback
         self.executor_factory = executor_factory  # (solver, problem, parts spec) -> executor
+        self.compressor = dict(compressor) if hasattr(compressor, "items") else compressor
+        self.shift_lr = shift_lr
         self._validate()
 
     def _validate(self):
         check_params("CoCoA", n_parts=self.n_parts, aggregation=self.aggregation,
-                     local_epochs=self.local_epochs, local_solver=self.local_solver,
+                     local_solver=self.local_solver,
                      memory_budget=self.memory_budget, selection=self.selection, tol=self.tol,
                      max_epochs=self.max_epochs, max_time=self.max_time, device=self.device,
                      random_state=self.random_state, prefetch=self.prefetch,
-                     gap_kernel=self.gap_kernel, concurrency=self.concurrency)
+                     gap_kernel=self.gap_kernel, concurrency=self.concurrency, shift_lr=self.shift_lr)
+        check_params("CoCoA", RULES, local_epochs=self.local_epochs, sigma=self.sigma)
+        if self.compressor is not None:
+            comp = make_compressor(self.compressor)
+            if not comp.unbiased:
+                raise ValueError(f"The 'compressor' parameter of CoCoA must be unbiased (its shifts are "
+                                 f"DIANA's). Got {comp!r} instead.")
 
     @property
     def gamma(self):
         return 1.0 if self.aggregation == "adding" else 1.0 / self.n_parts
 
-    @property
-    def sigma(self):
-        return float(self.n_parts) if self.aggregation == "adding" else 1.0
+    def sigma_value(self, problem, cache=None):
+        """(sigma', seconds to compute it) for this problem's partition (``cache``: see sigma_ratio)."""
+        if self.sigma == "safe":
+            return self.gamma * self.n_parts, 0.0
+        if self.sigma == "data":
+            t0 = time.perf_counter()
+            ratio = sigma_ratio(problem, partition(problem.n_coords, self.n_parts), cache)
+            return self.gamma * ratio, time.perf_counter() - t0
+        return float(self.sigma), 0.0
 
-    def part_specs(self, problem):
-        """Constructor arguments of each part (without the problem)."""
+    def part_specs(self, problem, sigma):
+        """Constructor arguments of each part (without the problem). ``h0`` (compressed
+        messages) is the driver's copy of the part's shift, updated in place every round:
+        a part rebuilt on another worker starts from it."""
         local_solver = "duhl" if self.memory_budget is not None else self.local_solver
-        return [dict(lo=lo, hi=hi, n_parts=self.n_parts, gamma=self.gamma, sigma=self.sigma,
-                     local_epochs=self.local_epochs, local_solver=local_solver,
+        m = problem.A.shape[1]
+        first = 1 if self.local_epochs == "auto" else self.local_epochs
+        return [dict(lo=lo, hi=hi, n_parts=self.n_parts, gamma=self.gamma, sigma=sigma,
+                     local_epochs=first, local_solver=local_solver,
                      memory_budget=self.memory_budget, device=self.device, prefetch=self.prefetch,
                      gap_kernel=self.gap_kernel, concurrency=self.concurrency,
-                     random_state=part_seed(self.random_state, k))
+                     random_state=part_seed(self.random_state, k),
+                     **({} if self.compressor is None else
+                        dict(compressor=self.compressor, shift_lr=self.shift_lr, h0=np.zeros(m))))
                 for k, (lo, hi) in enumerate(partition(problem.n_coords, self.n_parts))]
 
-    def solve(self, problem, a0=None):
+    def solve(self, problem, a0=None, sigma=None, setup_s=0.0):
+        """Solve ``problem``; ``sigma`` (with the ``setup_s`` it took) when the caller computed
+        sigma' itself (a cluster's driver holds only a skeleton problem). Computing sigma'
+        from the data is set-up, like DIANA's smoothness constant: it depends on the data
+        and the partition only, is done before the clock starts and is reported apart."""
         self._validate()
         if self.n_parts > problem.n_coords:
             raise ValueError(f"The 'n_parts' parameter of CoCoA ({self.n_parts}) is above the number of "
                              f"coordinates ({problem.n_coords}).")
-        specs = self.part_specs(problem)
+        if sigma is None:
+            sigma, setup_s = self.sigma_value(problem)
+        notes = [f"sigma' = {sigma:.4g} ({self.sigma}; the safe gamma K = {self.gamma * self.n_parts:g})"
+                 + (f", computed in {setup_s:.2f}s of set-up (not in time_s)" if setup_s else "")]
+        t0 = time.perf_counter()
+        specs = self.part_specs(problem, sigma)
         n = problem.n_coords
         a = np.zeros(n) if a0 is None else np.array(a0, dtype=np.float64)
+        if self.compressor is not None and a.any():
+            raise ValueError("CoCoA with a compressor starts from a = 0 (its shifts start at 0).")
         if self.executor_factory is None:
             executor = InProcessParts([CocoaPart(problem, a0=a[s["lo"]:s["hi"]], **s) for s in specs])
         else:
             executor = self.executor_factory(problem, specs, a)
         try:
-            return self._loop(problem, specs, a, executor)
+            return self._loop(problem, specs, a, executor, sigma, t0, notes, setup_s)
         finally:
             executor.close()
 
-    def _loop(self, problem, specs, a, executor):
-        t0 = time.perf_counter()
+    def _loop(self, problem, specs, a, executor, sigma, t0, notes, setup_s):
         if a.any():  # (a skeleton problem's executor starts from a = 0)
             z, off = problem.state_from(a)
         else:
@@ -254,31 +200,39 @@ class CoCoA:
         tol_abs = self.tol * problem.P0
         P0 = problem.P0 if problem.P0 > 0 else 1.0
         rows = []
-        bytes_dv = 0
+        bytes_dv = bits = 0
         n = problem.n_coords
+        compressed = self.compressor is not None
+        shifts = [s["h0"] for s in specs] if compressed else []
+        alpha = (default_shift_lr(make_compressor(self.compressor), problem.A.shape[1])
+                 if compressed and self.shift_lr is None else self.shift_lr)
+        H = specs[0]["local_epochs"]
 
         def record(rnd, gap, updates, extra):
             primal, dual, _ = problem.objectives(a, z, off, gap=gap)
             row = dict(round=rnd, time_s=time.perf_counter() - t0, epoch=updates / n, primal=primal,
-                       dual=dual, gap=gap, rel_gap=gap / P0, bytes_dv=bytes_dv,
-                       bits_sent=8 * bytes_dv, **extra)
+                       dual=dual, gap=gap, rel_gap=gap / P0, bytes_dv=bytes_dv, bits_sent=bits, **extra)
             rows.append(row)
             if self.callback is not None:
                 self.callback(dict(row))
 
         updates, rnd, status = 0, 0, None
         local_s = comm_s = 0.0
+        exact = False  # this round's messages uncompressed (compressed runs, before certifying)
+        certified = True  # the broadcast state is exact: the gaps about to be summed are certified
         while True:
             t_round = time.perf_counter()
-            results = executor.round(z, off)
+            results = executor.round(z, off, H, exact) if compressed else executor.round(z, off, H)
+            results = [RoundOutput(*r) for r in results]
             wall = time.perf_counter() - t_round
-            gap = float(sum(r[0] for r in results))
-            work = max(r[4] for r in results)
+            gap = float(sum(r.gap for r in results))
+            work = max(r.seconds for r in results)
             if rnd > 0:
                 local_s += work
                 comm_s += max(wall - work, 0.0)
-            record(rnd, gap, updates, dict(local_s=local_s, comm_s=comm_s))
-            if gap <= tol_abs:
+            record(rnd, gap, updates, dict(local_s=local_s, comm_s=comm_s, certified=float(certified),
+                                           local_epochs=H))
+            if gap <= tol_abs and certified:
                 status = "converged"
                 break
             if updates >= self.max_epochs * n:
@@ -287,17 +241,36 @@ class CoCoA:
                 status = "max_time"
             if status is not None:
                 break
-            # apply this round's updates: the next round's gaps certify the new state
+            # apply this round's updates: the next round's gaps are at the new state
             g = self.gamma
-            for s, (_, dv, d_off, da, _) in zip(specs, results):
-                z += (g * problem.c) * dv
-                off[0] += g * d_off
-                a[s["lo"]:s["hi"]] += g * da
-                bytes_dv += dv.nbytes
-            updates += n * self.local_epochs
+            if compressed:
+                estimate = np.zeros_like(z)
+                for h, r in zip(shifts, results):
+                    estimate += h + r.message
+                    h += (1.0 if exact else alpha) * r.message  # in place: specs[k]["h0"] follows
+                z = problem.c * (estimate - problem.b)
+            for s, r in zip(specs, results):
+                if not compressed:
+                    z += (g * problem.c) * r.message
+                off[0] += g * r.d_off
+                a[s["lo"]:s["hi"]] += g * r.da
+                bytes_dv += r.message.nbytes
+                bits += r.bits
+            updates += n * H
+            certified = not compressed or exact
+            exact = compressed and not exact and gap <= tol_abs  # an estimate at the target: verify
+            if self.local_epochs == "auto" and rnd == 1:
+                epoch_s = max((r.seconds - r.gap_s) / H for r in results)
+                other_s = (wall - work) + max(r.gap_s for r in results)  # communication and the gap pass
+                H = int(np.clip(round(other_s / max(epoch_s, 1e-9)), 1, MAX_AUTO_EPOCHS))
+                notes.append(f"local_epochs auto: H = {H} (communication {1e3 * (wall - work):.1f} ms and the gap "
+                             f"pass {1e3 * max(r.gap_s for r in results):.1f} ms a round, one local epoch "
+                             f"{1e3 * epoch_s:.1f} ms)")
             rnd += 1
         # the parts have advanced past the certified state: the driver's a is the answer
         frame = pd.DataFrame(rows)
+        if not rows[-1]["certified"] and problem.info.get("skeleton"):
+            notes.append("stopped on an estimated gap (compressed messages): the final gap is not certified")
         if not problem.info.get("skeleton"):  # re-evaluate from a alone: no drift in z can hide
             z, off = problem.state_from(a)
         primal, dual, gap = problem.objectives(a, z, off, gap=None if not problem.info.get("skeleton")
@@ -305,4 +278,5 @@ class CoCoA:
         v = z / problem.c + problem.b
         return CocoaResult(a=a, v=v, trace=frame, status=status, primal=primal, dual=dual, gap=gap,
                            rel_gap=gap / P0, time_s=rows[-1]["time_s"], epochs=updates / n,
-                           n_rounds=rnd, bytes_dv=bytes_dv, events=list(getattr(executor, "events", [])))
+                           n_rounds=rnd, bytes_dv=bytes_dv, bits_sent=bits, sigma=sigma, sigma_s=setup_s, notes=notes,
+                           events=list(getattr(executor, "events", [])))

@@ -289,11 +289,12 @@ class Diana:
         shift_lr = self.shift_lr if self.shift_lr is not None else default_shift_lr(self.method, omega)
         return comp, gamma, shift_lr, L
 
-    def solve(self, spec, X, y, f_star=None):
-        """In-process workers on row shards of (X, y); ``f_star`` for suboptimality."""
+    def solve(self, spec, X, y, f_star=None, L=None):
+        """In-process workers on row shards of (X, y); ``f_star`` for suboptimality; ``L`` (max_i L_i
+        of these shards) when the caller already has it."""
         X_shards = [X[lo:hi] for lo, hi in shard_rows(X.shape[0], self.n_workers)]
         y_shards = [y[lo:hi] for lo, hi in shard_rows(X.shape[0], self.n_workers)]
-        comp, gamma, shift_lr, _ = self.settings(spec, X_shards)
+        comp, gamma, shift_lr, _ = (self.settings(spec, X_shards) if L is None else self.settings_from_L(spec, L))
         seeds = np.random.SeedSequence(self.random_state).spawn(self.n_workers)
         workers = [DianaWorker(spec, Xs, ys, comp, self.method, shift_lr, seed=s)
                    for Xs, ys, s in zip(X_shards, y_shards, seeds)]

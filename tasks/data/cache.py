@@ -50,6 +50,7 @@ MAKERS = {
     "sklearn": make_sklearn,
 }
 META_VERSION = 2
+ADDED_LATER = {"n_groups": 1}  # fields hashed into the cache key only when not at this default
 _CHUNK = 1 << 26  # bytes hashed per read
 _CHECKED: set = set()  # entries whose checksums this process has verified
 
@@ -57,7 +58,8 @@ _CHECKED: set = set()  # entries whose checksums this process has verified
 def cache_key(cfg: Any, base_dir: Path = Path(".")) -> str:
     """Hash of the config (and of the source file's identity for file datasets)."""
     c = validate_data_config(cfg)
-    fields = dataclasses.asdict(c)
+    fields = {k: v for k, v in dataclasses.asdict(c).items()
+              if not (k in ADDED_LATER and v == ADDED_LATER[k])}  # caches made before a field existed stay valid
     if c.name == "libsvm":
         src = resolve_path(c.path, base_dir)
         stat = _stat_or_fail(src, c)

@@ -27,7 +27,10 @@ class SyntheticDenseData:
 
     y = X @ coef + noise * std(X @ coef) * eps. ``correlation`` is rho: every
     pair of features has correlation rho (equicorrelated) or features j, k have
-    rho**|j-k| (ar1). Classification models use sign(y) as labels.
+    rho**|j-k| (ar1). ``n_groups`` (equicorrelated only) cuts the features into
+    that many contiguous groups, equicorrelated within a group and independent
+    across groups (features from independent sources; 1: all features one group).
+    Classification models use sign(y) as labels.
     """
 
     name: str = "synthetic_dense"
@@ -39,6 +42,7 @@ class SyntheticDenseData:
     noise: float = ruled(0.1, Real(0))
     dtype: str = ruled("float64", Options(DTYPES))
     seed: int = ruled(0, Integer(0))
+    n_groups: int = ruled(1, Integer(1))
 
 
 @dataclass
@@ -128,6 +132,9 @@ def validate_data_config(cfg: Any) -> Any:
     if hasattr(c, "n_informative") and c.n_informative > c.n_features:
         raise ValueError(f"The 'n_informative' parameter of data '{kind}' must be an int <= n_features "
                          f"({c.n_features}). Got {c.n_informative} instead.")
+    if getattr(c, "n_groups", 1) > 1 and (c.correlation_kind != "equicorrelated" or c.n_groups > c.n_features):
+        raise ValueError(f"The 'n_groups' parameter of data '{kind}' must be 1 with correlation_kind "
+                         f"{c.correlation_kind!r}, and at most n_features ({c.n_features}). Got {c.n_groups} instead.")
     return c
 
 

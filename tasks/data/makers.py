@@ -59,13 +59,17 @@ def make_synthetic_dense(c: SyntheticDenseData, out: Path, base_dir: Path, progr
     # Written column block by column block straight into the .npy file: a
     # dataset bigger than RAM can still be made.
     X = np.lib.format.open_memmap(out / "X.npy", mode="w+", dtype=c.dtype, shape=(n, p), fortran_order=True)
-    common = rng.standard_normal(n)  # the shared factor of equicorrelated features
+    common = rng.standard_normal(n)  # the shared factor of equicorrelated features (of group 0)
+    if c.n_groups > 1:  # one factor per group (drawn after group 0's: n_groups = 1 keeps the old data)
+        common = np.column_stack([common, rng.standard_normal((n, c.n_groups - 1))])
+    group = np.minimum(np.arange(p) * c.n_groups // p, c.n_groups - 1)  # contiguous, balanced groups
     previous = None  # last column of the previous block (ar1)
     for start in range(0, p, _BLOCK):
         stop = min(start + _BLOCK, p)
         block = rng.standard_normal((n, stop - start))
         if c.correlation_kind == "equicorrelated":
-            block = np.sqrt(1 - rho) * block + np.sqrt(rho) * common[:, None]
+            shared = common[:, None] if c.n_groups == 1 else common[:, group[start:stop]]
+            block = np.sqrt(1 - rho) * block + np.sqrt(rho) * shared
         else:  # ar1: x_j = rho x_{j-1} + sqrt(1 - rho^2) z_j keeps unit variance
             for j in range(block.shape[1]):
                 if previous is not None:

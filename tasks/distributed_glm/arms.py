@@ -26,7 +26,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from solvers.distributed_glm.cocoa import CoCoA
-from solvers.distributed_glm.diana import Diana, make_spec, reference_optimum
+from solvers.distributed_glm.diana import Diana, make_spec, reference_optimum, shard_rows
 from solvers.glm.checks import check_params
 from tasks.distributed_glm.replicas import cocoa_factory, diana_on_cluster, skeleton_problem
 from tasks.parts import DataParts
@@ -58,14 +58,20 @@ class CocoaArm(CoCoA):
     distributed = True
 
     def solve(self, problem, a0=None, placement: Optional[Placement] = None):
+        sigma = setup_s = None
+        if placement is not None:  # sigma' from the data, which the driver holds: once per K and aggregation
+            key = ("sigma", self.sigma, self.n_parts, self.aggregation)
+            if key not in placement.cache:
+                placement.cache[key] = self.sigma_value(problem, placement.cache.setdefault("sigma", {}))
+            sigma, setup_s = placement.cache[key]
         if placement is None or placement.client is None:
             self.executor_factory = None
-            return super().solve(problem, a0)
+            return super().solve(problem, a0, sigma=sigma, setup_s=setup_s or 0.0)
         self.executor_factory = cocoa_factory(placement.client, placement.parts, placement.model,
                                               placement.timeout_s)
         try:
             return super().solve(skeleton_problem(placement.model, np.asarray(placement.y),
-                                                  placement.X.shape[1]), a0)
+                                                  placement.X.shape[1]), a0, sigma=sigma, setup_s=setup_s)
         finally:
             self.executor_factory = None
 
@@ -125,7 +131,12 @@ class DianaArm:
                              alpha=model.get("alpha", 1.0), C=model.get("C", 1.0))
         f_star = placement.cache[key]
         if placement.client is None:
-            result = self.diana.solve(spec, X, y, f_star=f_star)
+            # the shards' smoothness (an SVD each): once per model, data and number of workers
+            key_L = ("L", model["name"], self.diana.n_workers)
+            if key_L not in placement.cache:
+                placement.cache[key_L] = max(spec.smoothness(X[lo:hi]) for lo, hi in
+                                             shard_rows(X.shape[0], self.diana.n_workers))
+            result = self.diana.solve(spec, X, y, f_star=f_star, L=placement.cache[key_L])
         else:
             result = diana_on_cluster(placement.client, placement.parts, model, self.diana, spec, f_star,
                                       placement.timeout_s)

@@ -5,9 +5,10 @@ keyed by run and part), built there from its part of the dataset
 (:mod:`tasks.parts`: memory-mapped from the cache when the worker sees it, else
 shipped from the driver once and reused). Each round the driver submits one
 small task per replica, pinned to the worker holding it, with only what the
-algorithm broadcasts (z and off for CoCoA+, x for DIANA); the task returns
-only what the algorithm sends back (dv, d_off, da and a gap; a compressed
-message and its bit count).
+algorithm broadcasts (z, off and the round's settings for CoCoA+, x for DIANA);
+the task returns only what the algorithm sends back (CoCoA+: the part's
+RoundOutput, its gap, dv or its compressed form, d_off, da and bits; DIANA: a
+compressed message and its bit count).
 
 Failures: every task carries the round it expects the replica to be at. If
 the replica's worker died, Dask reruns the task elsewhere (or it errors, or
@@ -83,8 +84,9 @@ def shard_problem(part, model_cfg: Mapping[str, Any], lo: int, hi: int, skeleton
     return replace(skeleton, A=A, mu=np.zeros(hi - lo), sqnorm=sq, info=dict(skeleton.info, skeleton=False))
 
 
-def _cocoa_round(key, expected, z, off, build=None):
-    """On a worker: one CoCoA+ round of the replica ``key`` (built first when ``build`` is given)."""
+def _cocoa_round(key, expected, z, off, *extra, build=None):
+    """On a worker: one CoCoA+ round of the replica ``key`` (built first when ``build`` is given);
+    ``extra``: the round's local epochs and, with compressed messages, whether to send them exact."""
     if build is not None:
         part, model_cfg, spec, skeleton, a_k = build
         problem = shard_problem(materialize(part), model_cfg, spec["lo"], spec["hi"], skeleton)
@@ -94,7 +96,7 @@ def _cocoa_round(key, expected, z, off, build=None):
     if entry is None or entry[0] != expected:
         raise NeedState(key)
     part = entry[1]
-    out = part.round(z, off)
+    out = part.round(z, off, *extra)
     _REPLICAS[key] = (expected + 1, part)
     return out
 
@@ -250,8 +252,8 @@ class DaskCocoaParts(_DaskReplicas):
         part = shard_part(self.parts, self.skeleton, s["lo"], s["hi"], worker=self.home[i])
         return (part, self.model_cfg, s, self.skeleton, self.a[s["lo"]:s["hi"]].copy())
 
-    def round(self, z, off):
-        return self.run_round(_cocoa_round, (z, off), self._build)
+    def round(self, z, off, *extra):
+        return self.run_round(_cocoa_round, (z, off, *extra), self._build)
 
     def gaps(self, z, off):  # pragma: no cover - the loop reads gaps from rounds
         raise NotImplementedError

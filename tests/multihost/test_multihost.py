@@ -28,17 +28,18 @@ pytestmark = [pytest.mark.multihost, pytest.mark.timeout(900),
               pytest.mark.skipif(skip_reason() is not None, reason=f"multi-host tests: {skip_reason()}")]
 
 COCOA = ["experiment=cocoa", "data.n_samples=200", "data.n_features=60", "data.correlation=0.1",
-         "experiment.target_rel_gap=1e-6", "~experiment.arms.k2_averaging", "~experiment.arms.k4_averaging",
-         "experiment.baselines=[k1]"]
+         "experiment.target_rel_gap=1e-6", "data.n_groups=1",
+         *[f"~experiment.arms.{a}" for a in ("k2_safe", "k4_safe", "k4_compressed")], "experiment.main_arm=k2", "experiment.baselines=[k1]"]
 DIANA = ["experiment=diana", "data.n_samples=400", "data.n_features=40", "experiment.target_suboptimality=1e-5",
-         *[f"~experiment.arms.{a}" for a in ("diana_dither", "diana_rand_k", "no_shift_natural", "no_shift_dither",
-                                             "no_shift_rand_k", "ef21_top_k")],
+         *[f"~experiment.arms.{a}" for a in ("diana_dither", "no_shift_dither", "diana_dither_s1", "diana_rand_k",
+                                             "ef21_top_k")],
          "experiment.main_arm=diana_natural", "experiment.baselines=[gd]"]
 DUHL = ["experiment=single", "data.n_samples=300", "data.n_features=100", "experiment.target_rel_gap=1e-6"]
 DISTBELIEF = ["experiment=distbelief", "model=logistic", "data=synthetic_dense", "data.n_samples=2000",
               "data.n_features=10", "data.n_informative=4", "data.noise=0.5", "experiment.max_time=30",
               "experiment.distbelief.target_loss=0.40", "experiment.distbelief.target_accuracy=0.80",
-              "experiment.distbelief.n_eval=400"]
+              "experiment.distbelief.n_eval=400", "experiment.distbelief.lr_grid=[]",
+              *[f"~experiment.arms.{a}" for a in ("adagrad_1", "adagrad_4", "adagrad_killed")]]
 # what an arm computes, round by round (not how long it took)
 MATH = ["round", "epoch", "primal", "dual", "gap", "rel_gap", "suboptimality", "bits_sent", "bytes_h2d"]
 

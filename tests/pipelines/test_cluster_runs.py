@@ -10,7 +10,8 @@ from conftest import family
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(300)]
 SMALL = ["experiment=cocoa", "data.n_samples=150", "data.n_features=30", "data.n_informative=5",
          "experiment.max_time=20", "experiment.target_rel_gap=1e-4", "progress=false", "cluster.memory_limit=0",
-         "~experiment.arms.k2_averaging", "~experiment.arms.k4_averaging", "~experiment.arms.k4_adding",
+         "data.n_groups=1", *[f"~experiment.arms.{a}" for a in ("k2", "k2_safe", "k4", "k4_safe", "k4_compressed")],
+         "+experiment.arms.k2_adding={n_parts:2}",
          "experiment.main_arm=k2_adding", "experiment.baselines=[k1]"]
 
 

@@ -33,7 +33,7 @@ def test_every_group_has_its_options(hydra_conf):
     assert found["model"] == set(MODELS) | {"mlp"}  # every registered GLM, and DistBelief's MLP
     assert {"synthetic_dense", "synthetic_sparse", "libsvm", "sklearn", "sphere"} == found["data"]
     assert {"duhl", "duhl_gap", "duhl_random", "duhl_sequential", "duhl_importance", "cocoa", "diana"} <= found["solver"]
-    assert {"default", "duhl_svm"} <= found["experiment"]
+    assert {"default", "duhl_svm", "cocoa", "cocoa_svm", "diana", "distbelief", "reproduce"} <= found["experiment"]
     assert {"mlflow", "none"} == found["tracking"]
 
 
@@ -56,6 +56,9 @@ def test_option_composes_and_plans(hydra_conf, group, option):
         assert cfg.experiment.main_arm in plan(cfg)["arms"]
         return
     plan = plan_experiment(cfg)  # every check that needs no data
+    if option == "reproduce":  # every seed preset's run, composed and planned
+        assert set(plan.configs) == set(cfg.experiment.reproduce.runs) and plan.configs["diana"].experiment.name == "diana"
+        return
     assert plan.arms and plan.main_arm in plan.arms
 
 
@@ -83,7 +86,7 @@ def test_duhl_svm_preset(hydra_conf):
     assert set(plan_experiment(cfg).arms) == {"duhl-gap", "sequential", "random", "resident"}
 
 
-@pytest.mark.parametrize("override", ["data.n_samples=abc", "solver.local_epochs=x", "seed=abc",
+@pytest.mark.parametrize("override", ["data.n_samples=abc", "seed=abc",
                                       "data.nope=1", "experiment.max_time=soon", "progress=maybe"])
 def test_wrong_type_or_unknown_key_fails_at_compose(hydra_conf, override):
     with pytest.raises(ConfigCompositionException):
@@ -103,6 +106,10 @@ def test_unknown_option_fails(hydra_conf):
     ("experiment.arms.duhl-gap.selection=best", "'selection'.*best"),
     ("+experiment.arms.odd.colour=red", "colour"),
     ("experiment.main_arm=nope", "main_arm"),
+    ("solver.local_epochs=x", "'local_epochs' parameter of solver must be an int >= 1. Got 'x'"),  # Any: CoCoA+'s 'auto'
+    ("solver=cocoa solver.local_epochs=x", "'local_epochs' parameter of solver must be 'auto' or an int >= 1"),
+    ("solver=cocoa solver.sigma=big", "'sigma' parameter of solver must be 'safe', 'data' or a float > 0"),
+    ("experiment=reproduce experiment.reproduce.only=[nope]", "'only' parameter of experiment.reproduce"),
     ("data=libsvm", None),  # fine when the file exists, else names the file
 ])
 def test_start_up_checks_name_the_bad_value(hydra_conf, override, message):
@@ -127,9 +134,13 @@ def test_cocoa_preset_plans_k_and_aggregation_arms_on_a_cluster(hydra_conf):
     cfg = compose("config", overrides=["experiment=cocoa"])
     plan = plan_experiment(cfg)
     assert cfg.cluster.name == "local" and plan.metric == "rel_gap"
-    assert {(a["n_parts"], a["aggregation"]) for a in plan.arms.values()} == {
-        (1, "adding"), (2, "adding"), (2, "averaging"), (4, "adding"), (4, "averaging")}
+    assert {(a["n_parts"], a["sigma"], a["compressor"] is not None) for a in plan.arms.values()} == {
+        (1, "safe", False), (2, "data", False), (2, "safe", False), (4, "data", False), (4, "safe", False),
+        (4, "data", True)}
     assert all(a["name"] == "cocoa" and a["memory_budget"] is None for a in plan.arms.values())
+    svm = plan_experiment(compose("config", overrides=["experiment=cocoa_svm"]))  # the paper's comparison
+    assert {(a["n_parts"], a["aggregation"]) for a in svm.arms.values()} == {
+        (4, "adding"), (4, "averaging"), (8, "adding"), (8, "averaging")}
 
 
 def test_diana_preset_plans_compressors_by_method(hydra_conf):

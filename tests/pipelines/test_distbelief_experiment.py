@@ -8,10 +8,13 @@ from mlflow.tracking import MlflowClient
 from conftest import all_runs, compose_config, family
 from pipelines.distbelief import plan
 
-ARMS = {"sgd_1", "downpour_fixed", "downpour_adagrad", "sandblaster_lbfgs"}
-TINY = ["experiment=distbelief", "data.n_samples=400", "experiment.max_time=3", "model.hidden=4",
+ARMS = {"sgd_1", "downpour_fixed", "downpour_adagrad", "adagrad_1", "adagrad_4", "sandblaster_lbfgs", "adagrad_killed"}
+# (the rate tuning and the killed worker run in tests/pipelines/test_reproduce.py)
+TINY = ["experiment=distbelief", "data.n_samples=400", "experiment.max_time=1.5", "model.hidden=4",
         "experiment.distbelief.eval_every_s=0.2", "experiment.distbelief.n_eval=200",
-        "experiment.distbelief.warmup_steps=5", "cluster.memory_limit=0", "progress=false"]
+        "experiment.distbelief.warmup_steps=5", "cluster.memory_limit=0", "progress=false",
+        "experiment.distbelief.lr_grid=[]", "~experiment.arms.adagrad_killed", "~experiment.arms.adagrad_4",
+        "experiment.arms.sandblaster_lbfgs.max_time=3"]  # (two L-BFGS rounds at least, on a busy machine)
 
 
 @pytest.mark.parametrize("overrides", [[], ["model=logistic", "data=libsvm"], ["model=mlp", "data=synthetic_dense"]])
@@ -22,6 +25,11 @@ def test_preset_composes_and_plans(overrides):
     assert set(p["arms"]) == ARMS
     assert p["arms"]["sgd_1"]["n_replicas"] == 1 and p["arms"]["downpour_adagrad"]["rule"] == "adagrad"
     assert p["arms"]["sandblaster_lbfgs"]["algo"] == "sandblaster" and "lr" not in p["arms"]["sandblaster_lbfgs"]
+    # fair rates: every Downpour arm is tuned on the one grid, Sandblaster has no rate
+    grid = list(cfg.experiment.distbelief.lr_grid)
+    assert grid and all(a["tune_lr"] == grid for a in p["arms"].values() if a["algo"] == "downpour")
+    assert "tune_lr" not in p["arms"]["sandblaster_lbfgs"]
+    assert p["arms"]["adagrad_killed"]["kill_worker_after_s"] > 0
 
 
 @pytest.mark.parametrize("override, message", [
@@ -51,7 +59,7 @@ def test_tiny_run_tracks_parent_and_arm_runs_with_curves(experiment, capsys):
     assert "DistBelief: to train loss" in out and "sandblaster_lbfgs" in out
     parent, arms = family(experiment.uri)
     assert parent.data.params["experiment.kind"] == "distbelief" and parent.data.tags["failures"] == "0"
-    assert set(arms) == set(result) == ARMS
+    assert set(arms) == set(result) == ARMS - {"adagrad_killed", "adagrad_4"}
     assert {r.info.status for r in all_runs(experiment.uri)} == {"FINISHED"}
     client = MlflowClient(experiment.uri)
     for name, run in arms.items():
@@ -70,8 +78,8 @@ def test_tiny_run_tracks_parent_and_arm_runs_with_curves(experiment, capsys):
     assert not [k for k in parent.data.params if k.startswith(("solver.", "device.", "experiment.target_"))]
     assert parent.data.params["experiment.distbelief.n_shards"] == "2"
     assert arms["sgd_1"].data.params["model.name"] == "mlp" and arms["sgd_1"].data.params["data.n_samples"] == "400"
-    assert len({run.data.tags["mlflow.runColor"] for run in arms.values()}) == len(ARMS)
+    assert len({run.data.tags["mlflow.runColor"] for run in arms.values()}) == len(arms)
     note = parent.data.tags["mlflow.note.content"]
     assert note.splitlines()[0] == parent.data.tags["verdict"] and parent.data.tags["verdict"].startswith("downpour_adagrad")
-    assert all(f"| {name} |" in note for name in ARMS)
+    assert all(f"| {name} |" in note for name in arms)
     assert "comparison.md" in {a.path for a in client.list_artifacts(parent.info.run_id)}

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 from rich.console import Console
 
-from pipelines.report import (arm_stats, markdown, save_plots, significant, speedup, speedup_metrics,
+from pipelines.report import (advantage, arm_stats, markdown, save_plots, significant, speedup, speedup_metrics,
                               speedup_texts, table, verdict)
 from pipelines.ui import arm_colours
 
@@ -38,6 +38,29 @@ def test_speedup_is_a_ratio_of_times_to_target_or_a_lower_bound():
     bound = speedup(fast, never)
     assert bound.value == pytest.approx(20 / 3) and bound.lower_bound and str(bound) == ">6.7x"
     assert speedup(never, fast) is None
+
+
+def test_only_certified_rows_reach_the_target():
+    """Compressed CoCoA+: an estimated gap below the target is not a hit; the certified row is."""
+    t = trace([1, 2, 3, 4], [1e-2, 1e-7, 1e-7, 1e-7])
+    t["certified"] = [1.0, 0.0, 0.0, 1.0]
+    s = arm_stats(t, 1e-6)
+    assert s.reached and s.time_to_target_s == 4 and s.rounds_to_target == 3
+    t["certified"] = [1.0, 0.0, 0.0, 0.0]
+    assert not arm_stats(t, 1e-6).reached
+
+
+def test_advantage_in_rounds_and_bits():
+    fast, slow, never = FAST.copy(), SLOW.copy(), NEVER.copy()
+    for t, bits in ((fast, 10), (slow, 40), (never, 5)):
+        t["bits_sent"] = [bits * (i + 1) for i in range(len(t))]
+    fast, slow, never = (arm_stats(t, 1e-6) for t in (fast, slow, never))
+    assert advantage(fast, slow, "bits").value == pytest.approx(120 / 30)
+    assert advantage(fast, slow, "rounds").value == pytest.approx(2 / 2)
+    assert advantage(fast, slow, "epochs").value == pytest.approx(1.0)
+    bound = advantage(fast, never, "bits")
+    assert bound.lower_bound and bound.value == pytest.approx(15 / 30)
+    assert advantage(never, fast, "bits") is None and advantage(fast, slow).value == speedup(fast, slow).value
 
 
 def test_speedup_metrics_compare_the_main_arm_with_every_other():

@@ -1,5 +1,8 @@
 """tasks.data: deterministic datasets, an on-disk cache read memory-mapped, clear errors."""
 
+import dataclasses
+import hashlib
+import json
 from pathlib import Path
 
 import numpy as np
@@ -8,7 +11,7 @@ import scipy.sparse as sp
 
 from tasks import data
 from tasks.data import (DataError, LibsvmData, SklearnData, SyntheticDenseData, SyntheticSparseData, cache_key,
-                        load_dataset)
+                        load_dataset, validate_data_config)
 
 W8A = Path(__file__).resolve().parents[2].parent / "shared" / "datasets" / "w8a"
 SMALL = dict(n_samples=400, n_features=30, n_informative=4)
@@ -166,3 +169,23 @@ def test_bad_config_is_refused_before_anything_is_made(tmp_path, cfg, message):
     with pytest.raises(ValueError, match=message):
         load_dataset(cfg, tmp_path)
     assert not tmp_path.exists() or not any(tmp_path.iterdir())
+
+
+def test_groups_are_equicorrelated_within_and_independent_across(tmp_path):
+    X = np.asarray(load_dataset(SyntheticDenseData(n_samples=6000, n_features=40, n_informative=4, correlation=0.6,
+                                                   n_groups=4), tmp_path).X)
+    corr = np.corrcoef(X.T)
+    group = np.arange(40) // 10
+    same = (group[:, None] == group[None, :]) & ~np.eye(40, dtype=bool)
+    assert abs(corr[same].mean() - 0.6) < 0.03
+    assert abs(corr[group[:, None] != group[None, :]]).max() < 0.06  # independent: sampling noise only
+
+
+def test_n_groups_keeps_the_old_cache_keys_and_is_checked():
+    before = {k: v for k, v in dataclasses.asdict(SyntheticDenseData(**SMALL)).items() if k != "n_groups"}
+    # the key as it was computed before n_groups existed: caches made then stay valid
+    old_key = "synthetic_dense-" + hashlib.sha256(json.dumps(before, sort_keys=True).encode()).hexdigest()[:12]
+    assert cache_key(SyntheticDenseData(**SMALL, n_groups=1)) == old_key
+    assert cache_key(SyntheticDenseData(**SMALL, n_groups=2)) != cache_key(SyntheticDenseData(**SMALL))
+    with pytest.raises(ValueError, match="'n_groups' parameter of data 'synthetic_dense'"):
+        validate_data_config({**before, "n_groups": 3, "correlation_kind": "ar1"})

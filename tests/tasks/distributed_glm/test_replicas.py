@@ -121,3 +121,29 @@ def test_diana_replicas_send_compressed_messages(client, dataset):
     sub = res.trace.suboptimality.to_numpy()
     assert res.n_rounds == 15 and sub[-1] < 0.5 * sub[0]  # convergence to 1e-8 is tested in-process
     assert res.bits_sent == 9 * X.shape[1] * 2 * 15  # natural compression: 9 bits a coordinate
+
+
+def test_compressed_cocoa_reaches_sklearn_on_the_cluster_through_a_lost_worker(client, dataset):
+    """Compressed messages with shifts, parts as replicas: scikit-learn's optimum (1e-6 relative),
+    as uncompressed CoCoA+ reaches it; a worker killed mid-run takes a replica with it, which is
+    rebuilt from the driver's a and its copy of the shift."""
+    killed = []
+
+    def kill_one(row):
+        if row["round"] == 4 and not killed:
+            victim = sorted(client.scheduler_info()["workers"])[0]
+            killed.append(victim)
+            os.kill(client.run(os.getpid, workers=[victim])[victim], signal.SIGKILL)
+
+    comp = {"name": "dither", "s": 4, "p": "inf", "bucket_size": 64}
+    res = cocoa_on(client, dataset, LASSO, callback=kill_one, local_epochs=3, tol=1e-9, max_epochs=5000,
+                   compressor=comp)
+    plain = cocoa_on(client, dataset, LASSO, local_epochs=3, tol=1e-9, max_epochs=5000)
+    X, y = np.asarray(dataset.X), np.asarray(dataset.y)
+    sk = Lasso(alpha=0.05, tol=1e-12, max_iter=100000).fit(X, y)
+    target = 0.5 * np.mean((y - X @ sk.coef_ - sk.intercept_) ** 2) + 0.05 * np.abs(sk.coef_).sum()
+    assert killed and res.events and res.converged and plain.converged
+    assert abs(res.primal - target) <= 1e-6 * target and abs(plain.primal - target) <= 1e-6 * target
+    assert abs(res.primal - plain.primal) <= 1e-6 * plain.primal
+    assert res.trace["certified"].iloc[-1] == 1 and res.bits_sent < plain.bits_sent
+    client.wait_for_workers(2, timeout=60)
