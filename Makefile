@@ -13,7 +13,7 @@ PORT   ?= 5000
 MLFLOW_DB ?= mlflow.db
 
 .DEFAULT_GOAL := help
-.PHONY: help install install-gpu experiment reproduce sweep ui test test-ui test-multihost test-gpu bench bench-solvers bench-gpu bench-data
+.PHONY: help install install-gpu experiment reproduce out-of-core out-of-core-big sweep ui test test-ui test-multihost test-gpu bench bench-solvers bench-gpu bench-data
 
 help:  ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
@@ -34,6 +34,16 @@ experiment: $(STAMP)  ## run the default experiment (ARGS="key=value ..." for ov
 
 reproduce: $(STAMP)  ## every seed preset, then the papers' claims beside what this machine measured (~7 min)
 	PORT=$(PORT) $(PY) -m pipelines.experiment experiment=reproduce $(ARGS)
+
+out-of-core: $(STAMP)  ## 4 GB on disk, a quarter of it in RAM: DuHL vs streaming, random, dask-glm, scikit-learn (~10 min)
+	$(PY) -c "import dask_glm" 2>/dev/null || $(PY) -m pip install -e ".[out-of-core]"
+	PORT=$(PORT) $(PY) -m pipelines.experiment experiment=out_of_core $(ARGS)
+
+# 300,000 x 12,500 float64 = 30 GB: more than this machine's 24 GB of RAM; 7.5 GB of RAM for data.
+out-of-core-big: $(STAMP)  ## the same on 30 GB (more than RAM), DuHL vs streaming only (~25 min, 31 GB of disk)
+	PORT=$(PORT) $(PY) -m pipelines.experiment experiment=out_of_core data.n_samples=300000 experiment.max_time=600 \
+		experiment.name=out_of_core_30GB "~experiment.arms.peer_daskml" "~experiment.arms.peer_sklearn" \
+		"~experiment.arms.random" "experiment.baselines=[sequential]" $(ARGS)
 
 sweep: $(STAMP)  ## an example multirun: device budgets x models, one MLflow sweep run
 	PORT=$(PORT) $(PY) -m pipelines.experiment -m device.memory_budget=0.1,0.25,0.5 model=lasso,svm $(ARGS)

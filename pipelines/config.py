@@ -56,6 +56,15 @@ class SolverConfig:
 
 
 @dataclass
+class DuhlSolverConfig(SolverConfig):
+    """DuHL: ``refresh`` is the stale-gap refresh per round with part of the data resident:
+    "auto" (as many bytes as the block reads, or on disk as the disk reads while it computes),
+    "all" (every gap every round), or a float >= 0 (that many data's worth; 0: none)."""
+
+    refresh: Any = "auto"
+
+
+@dataclass
 class CocoaSolverConfig(SolverConfig):
     """CoCoA+ (tasks.distributed_glm.arms.CocoaArm): local_epochs is H; a memory_budget
     (device/) makes each part's local solver DuHL, null in-memory SCD."""
@@ -89,6 +98,9 @@ class DeviceConfig:
     # A fraction of the data's bytes in (0, 1], a size like "512MB", or null
     # (all data on the device). Any: OmegaConf has no float-or-str type.
     memory_budget: Any = 0.25
+    # RAM for data when the data stays on disk (device=cpu: the block is the RAM tier, read
+    # from the cache's X.npy past the page cache): a fraction, a size, or null (data in RAM).
+    host_budget: Any = None
     # The share of memory_budget kept as staging memory for coordinates copied ahead
     # of their swap (DuHL's prefetch): "auto" (0.2 on the GPU devices, 0 on the CPU)
     # or a float in [0, 1).
@@ -183,7 +195,7 @@ SCHEMAS = {
     "model": {**{name: model_schema(m) for name, m in MODELS.items()}, "mlp": MlpModel},
     "data": {"synthetic_dense": SyntheticDenseData, "synthetic_sparse": SyntheticSparseData,
              "libsvm": LibsvmData, "sklearn": SklearnData, "sphere": SphereData},
-    "solver": {"duhl": SolverConfig, "cocoa": CocoaSolverConfig, "diana": DianaSolverConfig},
+    "solver": {"duhl": DuhlSolverConfig, "cocoa": CocoaSolverConfig, "diana": DianaSolverConfig},
     "device": {"base": DeviceConfig},
     "cluster": {"base": ClusterConfig, "local": LocalClusterConfig, "local_cuda": LocalCudaClusterConfig,
                 "remote": RemoteClusterConfig, "slurm": SlurmClusterConfig},

@@ -26,17 +26,19 @@ from pipelines.deploy import arm_on, cluster_and_data
 from pipelines.tracking import (PROJECT_ROOT, SWEEP_PARENT_ENV, RoundSampler, arm_run_name, config_params, flatten,
                                 relative)
 from solvers.glm.models import get_model
-from tasks.arms import make_solver, progress_metric, run_arm, warmup
+from tasks.arms import make_solver, prepare_on_disk, progress_metric, run_arm, warmup
 from tasks.cluster import validate_cluster_config
 from tasks.data import cache_key, load_dataset, resolve_path, validate_data_config
 from tasks.distributed_glm.arms import Placement
 from tasks.distributed_glm.arms import check_model as check_arm_model
+from tasks.peers import missing_reason
 from tasks.problems import build_problem, describe_labels
+from tasks.resources import ArmResources, cold_read_bandwidth
 
 log = logging.getLogger(__name__)
 
 SOLVER_KEYS = {f.name for f in dataclasses.fields(SolverConfig)}
-DEVICE_SETTINGS = ("memory_budget", "prefetch", "gap_kernel", "concurrency")
+DEVICE_SETTINGS = ("memory_budget", "host_budget", "prefetch", "gap_kernel", "concurrency")
 ARM_KEYS = SOLVER_KEYS | set(DEVICE_SETTINGS) | {"max_time"}  # what any arm may override
 
 
@@ -82,7 +84,10 @@ def plan(cfg: DictConfig) -> Plan:
         if progress_metric(arms[name]) == "suboptimality":  # no duality gap (DIANA)
             arms[name]["tol"] = exp.target_suboptimality
         check_arm_model(arms[name].get("name", "duhl"), model)
-        make_solver(arms[name])  # the solver's own validation
+        solver = make_solver(arms[name])  # the solver's own validation
+        missing = missing_reason(solver.library) if hasattr(solver, "library") else None
+        if missing:  # a peer library not installed: say so before any data is made
+            raise ValueError(f"Arm '{name}': {missing}")
     metrics = sorted({progress_metric(s) for s in arms.values()})
     if len(metrics) > 1:
         raise ValueError(f"The arms of one experiment must share a progress metric; these mix {metrics}.")
@@ -137,12 +142,16 @@ def run_tracked_arm(cfg: DictConfig, plan: Plan, tracker: Any, arm_id: str, name
             if sampler.keep(row):
                 tracker.log_round(arm_id, row)
 
-        result = run_arm(problem, settings, callback=on_row, placement=placement)
+        with ArmResources() as used:
+            result = run_arm(problem, settings, callback=on_row, placement=placement)
     last = result.trace.iloc[-1].to_dict()
     if sampler.last_kept is None or sampler.last_kept["round"] != last["round"]:
         tracker.log_round(arm_id, last)  # the curve ends where the run ended
     stats = report.arm_stats(result.trace, plan.target, result.status, plan.metric)
-    tracker.log_metrics(arm_id, stats.run_metrics())
+    tracker.log_metrics(arm_id, {**stats.run_metrics(), **used.metrics()})
+    if "bytes_disk" in result.trace:  # the trace's count of disk bytes beside the operating system's
+        log.info("arm %s: read %.3f GB from disk by the trace, %.3f GB by /proc/self/io; peak RSS +%.3f GB",
+                 name, result.trace["bytes_disk"].iloc[-1] / 1e9, used.os_read_bytes / 1e9, used.peak_rss_delta / 1e9)
     notes = list(getattr(result, "notes", []) or [])  # what the solver chose or adjusted (sigma', H)
     tracker.set_tags(arm_id, {"status": result.status, **({"notes": "; ".join(notes)[:5000]} if notes else {})})
     for note in notes:
@@ -152,7 +161,7 @@ def run_tracked_arm(cfg: DictConfig, plan: Plan, tracker: Any, arm_id: str, name
     result.trace.to_csv(csv, index=False)
     tracker.log_artifact(arm_id, csv)
     log.info("arm %s: %s, %s %.2e after %.2fs", name, result.status, plan.metric, last[plan.metric], result.time_s)
-    extras = {"notes": list(getattr(result, "notes", []) or []),
+    extras = {"notes": list(getattr(result, "notes", []) or []), **used.metrics(),
               **{k: getattr(result, k) for k in ("sigma", "sigma_s", "events") if hasattr(result, k)}}
     return result.trace, stats, extras
 
@@ -173,9 +182,16 @@ def run(cfg: DictConfig, plan: Plan, tracker: Any, tags: Dict[str, str], run_nam
         if labels:
             console.print(f"labels: {labels}")
             tracker.set_tags(parent_id, {"labels": labels})
-        problem = build_problem(plan.model, dataset.X, dataset.y)
+        on_disk = [name for name, s in plan.arms.items() if s.get("host_budget") is not None]
+        # arms that read the data from disk need no copy in RAM: none is built when every arm does
+        problem = build_problem(plan.model, dataset.X, dataset.y) if len(on_disk) < len(plan.arms) else None
         warmup_s = warmup(plan.model, dataset.X, dataset.y, plan.arms)
         console.print(f"warm-up (kernel compilation): {warmup_s:.2f}s, not counted in any arm")
+        if on_disk:
+            gbps = cold_read_bandwidth(dataset.path / "X.npy")
+            tracker.set_tags(parent_id, {"disk_read_gbps": f"{gbps:.2f}"})
+            console.print(f"disk: {gbps:.2f} GB/s, one cold read of up to 1 GB of X.npy past the page cache; "
+                          f"arms reading from disk: {', '.join(on_disk)}")
 
         traces, stats, extras = {}, {}, {}
         (output_dir / "traces").mkdir(parents=True, exist_ok=True)
@@ -185,6 +201,8 @@ def run(cfg: DictConfig, plan: Plan, tracker: Any, tags: Dict[str, str], run_nam
                 tracker.set_tags(parent_id, {"data_access": parts.access})
             placement = Placement(client, dataset.path, dataset.X, dataset.y, plan.model,
                                   float(getattr(validate_cluster_config(cfg.cluster), "timeout_s", 60.0)), parts=parts)
+            if on_disk:
+                console.print(f"feature statistics for the arms on disk: one pass, {prepare_on_disk(placement):.2f}s")
             for name, settings in plan.arms.items():
                 arm_tags = {**tags["arm"], "arm": name, "mlflow.runColor": colours[name]}
                 with tracker.run(arm_run_name(name, run_name), parent_id, arm_tags) as arm_id, \
@@ -195,6 +213,8 @@ def run(cfg: DictConfig, plan: Plan, tracker: Any, tags: Dict[str, str], run_nam
 
         summary = report.table(stats, plan.baselines, plan.target)
         console.print(summary)
+        if on_disk:
+            console.print(report.disk_table(traces, extras, dataset.nbytes))
         title = f"{cfg.experiment.name}: {plan.model['name']} on {plan.data.name}, budget {cfg.device.memory_budget}"
         plots = report.save_plots(traces, plan.target, output_dir, title, colours)
         verdict = report.verdict(stats, plan.main_arm, plan.baselines, plan.target)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
 import pandas as pd
 from rich.table import Table
@@ -189,6 +189,31 @@ def table(stats: Mapping[str, ArmStats], baselines: List[str], target: float) ->
             sp = speedup(s, stats[b]) if b in stats and b != name else None
             cells.append(str(sp) if sp else "-")
         t.add_row(*cells)
+    return t
+
+
+def disk_table(traces: Mapping[str, Any], extras: Mapping[str, Mapping[str, Any]], data_bytes: int) -> Table:
+    """What each arm asked of the disk and of RAM: GB read by its trace (``bytes_disk``) and by the
+    operating system (/proc/self/io), passes over the data, rounds, its last certified rel_gap and
+    its peak RSS above its start."""
+    t = Table(title=f"Disk and RAM ({data_bytes / 1e9:.2f} GB of data; OS: /proc/self/io read_bytes, "
+                    "peak RSS above the arm's start)")
+    for column in ("arm", "time (s)", "GB read (trace)", "GB read (OS)", "passes", "read GB/s", "rounds",
+                   "last certified rel_gap", "peak RSS +GB"):
+        t.add_column(column, justify="left" if column == "arm" else "right")
+    for name, trace in traces.items():
+        extra = extras.get(name, {})
+        disk = float(trace["bytes_disk"].iloc[-1]) if "bytes_disk" in trace else math.nan
+        disk_s = float(trace["disk_s"].iloc[-1]) if "disk_s" in trace else math.nan
+        certified = trace[trace["certified"] > 0] if "certified" in trace else trace
+        last = float(certified["rel_gap"].iloc[-1]) if len(certified) and "rel_gap" in certified else math.nan
+
+        def gb(v):
+            return "-" if v is None or math.isnan(v) else f"{v / 1e9:.2f}"
+        t.add_row(name, f"{float(trace['time_s'].iloc[-1]):.2f}", gb(disk), gb(extra.get("os_read_bytes")),
+                  "-" if math.isnan(disk) else f"{disk / data_bytes:.1f}",
+                  "-" if math.isnan(disk) or not disk_s else f"{disk / disk_s / 1e9:.2f}",
+                  f"{int(trace['round'].iloc[-1]) + 1}", f"{last:.1e}", gb(extra.get("peak_rss_delta")))
     return t
 
 

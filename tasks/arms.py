@@ -20,14 +20,14 @@ from solvers.duhl.warmup import compile_kernels
 from tasks.distributed_glm.arms import ARMS as DISTRIBUTED_ARMS
 from tasks.parts import materialize, whole
 from tasks.peers import PEER_SOLVERS
-from tasks.problems import build_problem, read_only_miniature
+from tasks.problems import build_problem, build_problem_on_disk, feature_stats, read_only_miniature
 
 # peer_*: other libraries (tasks/peers.py); cocoa, diana: replicas (tasks/distributed_glm/)
 SOLVERS = {"duhl": DuHL, **PEER_SOLVERS, **DISTRIBUTED_ARMS}
 
-# device/ settings that only the solvers running DuHL's resident sets take (DuHL,
-# CoCoA+); the others (peers, DIANA) do not see them
-DEVICE_KEYS = ("prefetch", "gap_kernel", "concurrency")
+# device/ settings (and DuHL's refresh) that only the solvers running DuHL's resident sets
+# take (DuHL, CoCoA+); the others (peers, DIANA) do not see them
+DEVICE_KEYS = ("prefetch", "gap_kernel", "concurrency", "host_budget", "refresh")
 
 
 def solver_class(settings: Mapping[str, Any]):
@@ -72,7 +72,7 @@ def warmup(model_cfg: Mapping[str, Any], X, y, arms: Mapping[str, Mapping[str, A
     for settings in arms.values():
         if not getattr(solver_class(settings), "warmup", True):
             continue  # nothing to compile
-        small = {**settings, "max_epochs": 2, "tol": 0.0, "max_time": None,
+        small = {**settings, "max_epochs": 2, "tol": 0.0, "max_time": None, "host_budget": None,
                  "memory_budget": None if settings.get("memory_budget") is None else 0.5}
         make_solver(small).solve(problem)
     return time.perf_counter() - start
@@ -86,6 +86,10 @@ def run_arm(problem, settings: Mapping[str, Any], callback: Optional[Callable[[d
     whole on one worker (a Dask-CUDA worker: its GPU), which memory-maps the dataset or
     gets it shipped (``placement.parts``); its trace rows reach ``callback`` when it ends."""
     solver = make_solver(settings, callback=callback)
+    if getattr(solver, "host_budget", None) is not None:  # the data stays on disk, this process reads it
+        if placement is None:
+            raise ValueError("An arm with a host_budget reads the dataset's cache folder: run it with a placement.")
+        return solver.solve(problem_on_disk(placement))
     if getattr(solver, "distributed", False):
         return solver.solve(problem, placement=placement)
     if placement is not None and placement.client is not None:
@@ -104,6 +108,22 @@ def run_arm(problem, settings: Mapping[str, Any], callback: Optional[Callable[[d
                 callback(row)
         return result
     return solver.solve(problem)
+
+
+def prepare_on_disk(placement) -> float:
+    """Before the arms that read X from disk: the features' sums and squares, one pass shared
+    by them all (so no arm pays for it); returns seconds."""
+    start = time.perf_counter()
+    if "row_stats" not in placement.cache:
+        placement.cache["row_stats"] = feature_stats(placement.path)
+    return time.perf_counter() - start
+
+
+def problem_on_disk(placement):
+    """The experiment's problem with X left in the cache's X.npy (a fresh reader per arm, so
+    each arm's bytes are its own)."""
+    prepare_on_disk(placement)
+    return build_problem_on_disk(placement.model, placement.path, placement.y, placement.cache["row_stats"])
 
 
 def solve_on_worker(data, model_cfg: Mapping[str, Any], settings: Mapping[str, Any]):

@@ -212,7 +212,9 @@ def _daskml(problem, X, y, knob, method):
         raise PeerUnsupported("dask-glm runs on dense dask arrays only here (sparse needs pydata/sparse chunks)")
     p = problem.params
     n = problem.n_samples
-    X = np.ascontiguousarray(_centred_dense(problem, X, "dask-glm") if not problem.dual_form else X)
+    X = _centred_dense(problem, X, "dask-glm") if not problem.dual_form else X
+    if not isinstance(X, np.memmap):  # a memory-mapped file stays one: Dask reads its chunks from the file
+        X = np.ascontiguousarray(X)
     chunks = (max(1, -(-X.shape[0] // 4)), X.shape[1])
     Xd = da.from_array(X, chunks=chunks)
     if problem.name in ("lasso", "elastic_net", "ridge"):

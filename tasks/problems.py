@@ -3,6 +3,7 @@ problem, and the small read-only copy of the data the warm-up compiles on."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Mapping, Optional
 
 import numpy as np
@@ -11,7 +12,8 @@ from sklearn.utils.multiclass import type_of_target
 
 from solvers.distbelief.models import CLASSIFIERS as DISTBELIEF_CLASSIFIERS
 from solvers.glm.models import MODELS
-from solvers.glm.problems import make_problem
+from solvers.duhl.on_disk import OnDisk
+from solvers.glm.problems import make_problem, make_problem_on_disk
 from tasks.data import DataError
 
 
@@ -53,6 +55,25 @@ def build_problem(model_cfg: Mapping[str, Any], X, y):
     kwargs = dict(model_cfg)
     model = kwargs.pop("name")
     return make_problem(model, X, labels_for(model, y), **kwargs)
+
+
+def build_problem_on_disk(model_cfg: Mapping[str, Any], folder, y, row_stats=None):
+    """The GLM problem with its coordinate data left on disk: the cached dataset's ``X.npy``
+    (Fortran order: each feature a contiguous run, read past the page cache). Regression
+    models (the Lasso family); ``row_stats`` = (sum, sum of squares) of each feature, else
+    one pass over the file."""
+    kwargs = dict(model_cfg)
+    model = kwargs.pop("name")
+    path = Path(folder) / "X.npy"
+    if not path.exists():
+        raise DataError(f"host_budget needs a dense dataset in the cache's X.npy; {path} does not exist "
+                        "(sparse and LIBSVM data stay in RAM).")
+    return make_problem_on_disk(model, OnDisk(path), labels_for(model, y), row_stats=row_stats, **kwargs)
+
+
+def feature_stats(folder):
+    """(sum, sum of squares) of each feature of the cache's X.npy: one pass past the page cache."""
+    return OnDisk(Path(folder) / "X.npy").row_stats()
 
 
 def read_only_miniature(model: str, X, y, rows: int = 64):

@@ -1,0 +1,97 @@
+"""What an arm costs the machine, as the operating system counts it: bytes read from
+block devices (``/proc/self/io`` ``read_bytes``), peak resident memory (``VmHWM``, reset
+per arm through ``/proc/self/clear_refs``), and the disk's cold read bandwidth. Linux;
+elsewhere the numbers are NaN."""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from solvers.duhl.disk import DiskMatrix, aligned_empty
+
+
+def _proc_field(path: str, name: str, scale: int = 1) -> float:
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.startswith(name):
+                    return float(line.split()[1]) * scale
+    except OSError:
+        pass
+    return math.nan
+
+
+def os_read_bytes() -> float:
+    """Bytes this process has asked of block devices (page-cache hits not counted)."""
+    return _proc_field("/proc/self/io", "read_bytes:")
+
+
+def rss_bytes() -> float:
+    return _proc_field("/proc/self/status", "VmRSS:", 1024)
+
+
+def peak_rss_bytes() -> float:
+    return _proc_field("/proc/self/status", "VmHWM:", 1024)
+
+
+def reset_peak_rss() -> bool:
+    """Reset VmHWM to the current RSS (Linux >= 4.0); False where refused."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+@dataclass
+class ArmResources:
+    """Counters around one arm: ``with ArmResources() as r: ...`` then ``r.os_read_bytes``
+    (block-device bytes read meanwhile) and ``r.peak_rss_delta`` (peak RSS above the RSS at
+    the start)."""
+
+    os_read_bytes: float = math.nan
+    peak_rss_delta: float = math.nan
+
+    def __enter__(self):
+        self._read0 = os_read_bytes()
+        self._peak_reset = reset_peak_rss()
+        self._rss0 = rss_bytes()
+        return self
+
+    def __exit__(self, *exc):
+        self.os_read_bytes = os_read_bytes() - self._read0
+        if self._peak_reset:
+            self.peak_rss_delta = peak_rss_bytes() - self._rss0
+        return False
+
+    def metrics(self) -> dict:
+        return {k: v for k, v in (("os_read_bytes", self.os_read_bytes), ("peak_rss_delta", self.peak_rss_delta))
+                if not math.isnan(v)}
+
+
+def cold_read_bandwidth(path, max_bytes: int = 1 << 30) -> float:
+    """GB/s of one read of up to ``max_bytes`` of the coordinate-major .npy ``path`` past the
+    page cache (O_DIRECT where the file system allows it), in 8 MiB requests: the disk's rate
+    as the disk tier sees it."""
+    with DiskMatrix(Path(path)) as matrix:
+        rows = max(1, min(matrix.shape[0], max_bytes // matrix.row_bytes))
+        chunk = max(1, min(rows, (8 << 20) // matrix.row_bytes))
+        buffer = aligned_empty((chunk, matrix.shape[1]), matrix.dtype)
+        start = time.perf_counter()
+        for lo in range(0, rows, chunk):
+            coords = np.arange(lo, min(rows, lo + chunk))
+            matrix.read_into(coords, buffer[:coords.size])
+        seconds = time.perf_counter() - start
+        return rows * matrix.row_bytes / seconds / 1e9
+
+
+def free_disk_bytes(path) -> int:
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
