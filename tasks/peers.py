@@ -213,7 +213,7 @@ def _daskml(problem, X, y, knob, method):
     p = problem.params
     n = problem.n_samples
     X = _centred_dense(problem, X, "dask-glm") if not problem.dual_form else X
-    if not isinstance(X, np.memmap):  # a memory-mapped file stays one: Dask reads its chunks from the file
+    if not (X.flags.c_contiguous or X.flags.f_contiguous):  # a Fortran view (of a file) stays one: no copy
         X = np.ascontiguousarray(X)
     chunks = (max(1, -(-X.shape[0] // 4)), X.shape[1])
     Xd = da.from_array(X, chunks=chunks)
@@ -302,7 +302,7 @@ class Peer:
                              f"Got {repeats!r} instead.")
 
     def fits(self, problem):
-        """[(knob, fit)] for the schedule; raises PeerUnsupported or ImportError."""
+        """(knob, a function that builds its fit) for the schedule; raises ImportError."""
         reason = missing_reason(self.library)
         if reason:
             raise ImportError(reason)
@@ -310,18 +310,16 @@ class Peer:
         X, y = peer_data(problem, seed=0)
         if schedule is ITERS:
             schedule = [k for k in schedule if k <= self.max_epochs] or [1]
-        out = []
-        for knob in schedule:
-            fit = build(problem, X, y, knob, method)
-            out.append((knob, fit))
-        return out
+        # built one at a time as the schedule goes: a builder may copy the data (centring)
+        return [(knob, lambda knob=knob: build(problem, X, y, knob, method)) for knob in schedule]
 
     def solve(self, problem):
         fits = self.fits(problem)
         trace = Trace(self.callback)
         rows, best, total, status = [], None, 0.0, "max_epochs"
         stalled = 0
-        for rnd, (knob, fit) in enumerate(fits, start=1):
+        for rnd, (knob, make_fit) in enumerate(fits, start=1):
+            fit = make_fit()  # untimed: the data as the library takes it
             times = []
             for _ in range(self.repeats):
                 ctx = _quiet()

@@ -155,10 +155,10 @@ def run_ours(problem, arm, repeats, max_time):
 
 def run_peer(problem, name, repeats, max_time):
     t0 = time.perf_counter()
-    for _, fit in make_peer(name).fits(problem)[:1]:   # warm-up: import, compile, first fit
+    for _, make_fit in make_peer(name).fits(problem)[:1]:   # warm-up: import, compile, first fit
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            fit()
+            make_fit()()
     warm = time.perf_counter() - t0
     return warm, [make_peer(name, tol=min(TARGETS), max_time=max_time, repeats=repeats).solve(problem)]
 

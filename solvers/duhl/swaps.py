@@ -96,16 +96,20 @@ class GapSchedule:
 class Certifier:
     """Which rounds refresh every stale gap (see the module's docstring)."""
 
-    def __init__(self, tol_abs, refresh):
+    def __init__(self, tol_abs, refresh, on_disk=False):
         self.tol_abs = tol_abs
         self.every_round = refresh == "all"
         self.wait, self.next_round = 2, 2
         self.refreshed_bytes = 0
+        # on disk a certificate is a full read: the schedule's also wait until the refresh has
+        # read every stale gap's data once since the last (at most half the reads certify)
+        self.on_disk = on_disk
 
     def due(self, rnd, estimate, stale_bytes):
-        if self.every_round or rnd >= self.next_round:
+        covered = self.refreshed_bytes >= stale_bytes
+        if self.every_round or (rnd >= self.next_round and (covered or not self.on_disk)):
             return True
-        return estimate <= self.tol_abs and self.refreshed_bytes >= stale_bytes
+        return estimate <= self.tol_abs and covered
 
     def refreshed(self, nbytes):
         self.refreshed_bytes += nbytes
@@ -167,7 +171,7 @@ def solve_with_swaps(solver, problem, rset, a, z, off, rng, trace, t0, iterates)
     certified = True                     # the current state's gap is known and recorded
     resident = np.zeros(n, dtype=bool)
     schedule = GapSchedule(tol_abs, solver.gap_every)
-    certifier = Certifier(tol_abs, solver.refresh)
+    certifier = Certifier(tol_abs, solver.refresh, on_disk and ratio > 0)  # (no refresh: the schedule alone)
     active = None                        # the coordinates visited (shrinking), None: all resident
 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="duhl-host") as host:
