@@ -46,6 +46,8 @@ ROUND_METRICS = ("time_s", "epoch", "primal", "dual", "gap", "rel_gap", "bytes_h
                  "samples", "staleness_max", "certified", "bytes_disk", "disk_s")
 # Logged beside them as log10_<name>: the UI's log axis reads ticks below 1e-6 as "0".
 LOG10_METRICS = ("rel_gap", "suboptimality")
+# In a row with certified = 0 these are estimates (stale gaps): logged as <name>_estimate.
+ESTIMATED = ("dual", "gap", "rel_gap")
 MAX_METRICS_PER_BATCH = 1000  # MLflow's limit for log_batch
 MAX_PARAMS_PER_BATCH = 100
 
@@ -280,8 +282,10 @@ class Tracker:
         Its timestamp is the run's start + the row's solver time ``time_s``, so the UI's
         "Time (Relative)" axis is solver time (overheads excluded) and arms compare on it."""
         metrics = {k: row[k] for k in ROUND_METRICS if k in row}
+        if row.get("certified", 1) == 0:  # between certificates the gap is an estimate: its own curve
+            metrics.update({f"{k}_estimate": metrics.pop(k) for k in ESTIMATED if k in metrics})
         for key in LOG10_METRICS:
-            value = row.get(key)
+            value = metrics.get(key)  # (not of an estimate)
             if value is not None and value > 0:  # a gap of exactly 0 has no log
                 metrics[f"log10_{key}"] = math.log10(value)
         stamp = None
