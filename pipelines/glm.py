@@ -215,7 +215,8 @@ def run(cfg: DictConfig, plan: Plan, tracker: Any, tags: Dict[str, str], run_nam
         console.print(summary)
         if on_disk:
             console.print(report.disk_table(traces, extras, dataset.nbytes))
-        title = f"{cfg.experiment.name}: {plan.model['name']} on {plan.data.name}, budget {cfg.device.memory_budget}"
+        budget = (f"host_budget {cfg.device.host_budget}" if on_disk else f"budget {cfg.device.memory_budget}")
+        title = f"{cfg.experiment.name}: {plan.model['name']} on {plan.data.name}, {budget}"
         plots = report.save_plots(traces, plan.target, output_dir, title, colours)
         verdict = report.verdict(stats, plan.main_arm, plan.baselines, plan.target)
         console.print(f"[bold]{verdict}[/bold]")

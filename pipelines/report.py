@@ -255,9 +255,9 @@ def verdict(stats: Mapping[str, ArmStats], main_arm: str, baselines: List[str],
 
 def save_plots(traces: Mapping[str, pd.DataFrame], target: float, out_dir: Path,
                title: str = "", colours: Optional[Mapping[str, str]] = None) -> List[Path]:
-    """rel_gap (or suboptimality) against time, against bytes moved host->device and
-    against bits sent (each when some trace has it), one line per arm, in the arm's
-    colour (``colours``: the runs' mlflow.runColor) when given."""
+    """rel_gap (or suboptimality) against time, against bytes moved host->device, read
+    from disk and against bits sent (each when some trace has it), one line per arm, in
+    the arm's colour (``colours``: the runs' mlflow.runColor) when given. Certified rows only."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only; no display needed
@@ -268,13 +268,16 @@ def save_plots(traces: Mapping[str, pd.DataFrame], target: float, out_dir: Path,
     ylabel = LABELS.get(metric, metric)
     for x, label, scale, name in (("time_s", "time (s)", 1.0, "time"),
                                   ("bytes_h2d", "GB moved host -> device", 1e-9, "bytes"),
+                                  ("bytes_disk", "GB read from disk", 1e-9, "disk"),
                                   ("bits_sent", "Mbit sent (all workers)", 1e-6, "bits")):
         if x != "time_s" and not any(x in trace.columns for trace in traces.values()):
             continue
         fig, ax = plt.subplots(figsize=(6, 4))
         for arm, trace in traces.items():
+            if "certified" in trace.columns:  # estimates between certificates are not plotted
+                trace = trace[trace["certified"] > 0]
             if x in trace.columns:
-                ax.plot(trace[x] * scale, trace[metric], label=arm, color=(colours or {}).get(arm))
+                ax.plot(trace[x] * scale, trace[metric], label=arm, color=(colours or {}).get(arm), marker=".")
         ax.axhline(target, color="grey", linestyle=":", label="target")
         ax.set(yscale="log", xlabel=label, ylabel=ylabel, title=title)
         ax.legend()

@@ -76,6 +76,9 @@ def feature_stats(folder):
     return OnDisk(Path(folder) / "X.npy").row_stats()
 
 
+WARMUP_COLUMNS = 256
+
+
 def read_only_miniature(model: str, X, y, rows: int = 64):
     """A few rows of the data with its dtype, layout and read-only flags (the data
     is memory-mapped read-only, and Numba compiles read-only arrays apart);
@@ -89,7 +92,9 @@ def read_only_miniature(model: str, X, y, rows: int = 64):
         small = X[index]
         parts = (small.data, small.indices, small.indptr)
     else:
-        small = np.asarray(X)[index]
+        # a few columns too: compiling needs the dtype and layout, not the width, and a row of a
+        # Fortran file on disk touches a page of every column (30 GB: minutes of random reads)
+        small = np.asarray(X)[:, :WARMUP_COLUMNS][index]
         small = np.asfortranarray(small) if np.isfortran(X) else np.ascontiguousarray(small)
         parts = (small,)
     small_y = np.array(y[index])

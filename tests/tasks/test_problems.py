@@ -25,6 +25,10 @@ def test_warmup_miniature_keeps_dtype_layout_and_read_only_flags():
     small, small_y = read_only_miniature("svm", X, y)
     assert small.dtype == np.float32 and np.isfortran(small) and not small.flags.writeable
     assert set(np.unique(small_y)) == {-1.0, 1.0} and not small_y.flags.writeable
+    # a wide X: its first columns only (a Fortran file's row would touch a page of every column)
+    wide = np.asfortranarray(np.ones((100, 1000)))
+    small, _ = read_only_miniature("lasso", wide, np.zeros(100))
+    assert small.shape == (64, 256) and np.isfortran(small)
 
 
 def test_a_discrete_multiclass_target_stops_with_the_option_to_choose_a_class():
