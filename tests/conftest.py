@@ -1,6 +1,24 @@
-"""Project-wide test set-up: tests marked `gpu` need a CUDA device and are skipped without one."""
+"""Project-wide test set-up: tests marked `gpu` need a CUDA device and are skipped without one;
+temporary folders on a disk (the disk tier's tests read past the page cache)."""
+
+import os
+import tempfile
+from pathlib import Path
 
 import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def pytest_configure(config):
+    """Where /tmp is RAM (tmpfs), put pytest's temporary folders in the project's .pytest-tmp:
+    the disk tier's tests need a file system with O_DIRECT and real reads."""
+    if config.option.basetemp or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    from solvers.duhl.disk_files import RAM_FILE_SYSTEMS, fs_type
+
+    if fs_type(tempfile.gettempdir()) in RAM_FILE_SYSTEMS and fs_type(ROOT) not in RAM_FILE_SYSTEMS:
+        config.option.basetemp = str(ROOT / ".pytest-tmp")
 
 
 def _gpu_reason():
