@@ -37,6 +37,17 @@ def test_every_group_has_its_options(hydra_conf):
     assert {"mlflow", "none"} == found["tracking"]
 
 
+def _missing_peers(cfg):
+    """The peer libraries the config's arms need that do not import here."""
+    from omegaconf import OmegaConf
+
+    from tasks.peers import PEERS, missing_reason
+
+    arms = OmegaConf.to_container(cfg.experiment.arms, resolve=True) or {}
+    names = {str(cfg.solver.name)} | {a.get("name") for a in arms.values() if isinstance(a, dict)}
+    return sorted(n for n in names if n in PEERS and missing_reason(n))
+
+
 @pytest.mark.parametrize("group,option", options())
 def test_option_composes_and_plans(hydra_conf, group, option):
     distbelief = (group, option) in (("model", "mlp"), ("experiment", "distbelief"))  # DistBelief only
@@ -54,6 +65,11 @@ def test_option_composes_and_plans(hydra_conf, group, option):
         from pipelines.distbelief import plan
 
         assert cfg.experiment.main_arm in plan(cfg)["arms"]
+        return
+    missing = _missing_peers(cfg)
+    if missing:  # a peer library this machine lacks ({missing}): named before any data is made
+        with pytest.raises(ValueError, match=r"Arm '.*': .* is not importable .*pip install"):
+            plan_experiment(cfg)
         return
     plan = plan_experiment(cfg)  # every check that needs no data
     if option == "reproduce":  # every seed preset's run, composed and planned
