@@ -6,7 +6,6 @@ elsewhere the numbers are NaN."""
 from __future__ import annotations
 
 import math
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,7 +90,3 @@ def cold_read_bandwidth(path, max_bytes: int = 1 << 30) -> float:
         seconds = time.perf_counter() - start
         return rows * matrix.row_bytes / seconds / 1e9
 
-
-def free_disk_bytes(path) -> int:
-    st = os.statvfs(path)
-    return st.f_bavail * st.f_frsize
