@@ -257,7 +257,8 @@ def save_plots(traces: Mapping[str, pd.DataFrame], target: float, out_dir: Path,
                title: str = "", colours: Optional[Mapping[str, str]] = None) -> List[Path]:
     """rel_gap (or suboptimality) against time, against bytes moved host->device, read
     from disk and against bits sent (each when some trace has it), one line per arm, in
-    the arm's colour (``colours``: the runs' mlflow.runColor) when given. Certified rows only."""
+    the arm's colour (``colours``: the runs' mlflow.runColor) when given. Certified rows solid,
+    estimates between certificates (stale gaps: a trace's ``certified`` = 0 rows) thin and dashed."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only; no display needed
@@ -274,10 +275,16 @@ def save_plots(traces: Mapping[str, pd.DataFrame], target: float, out_dir: Path,
             continue
         fig, ax = plt.subplots(figsize=(6, 4))
         for arm, trace in traces.items():
-            if "certified" in trace.columns:  # estimates between certificates are not plotted
+            if x not in trace.columns:
+                continue
+            estimates = trace[:0]
+            if "certified" in trace.columns:
+                estimates = trace[(trace["certified"] == 0) & (trace[metric] > 0)]
                 trace = trace[trace["certified"] > 0]
-            if x in trace.columns:
-                ax.plot(trace[x] * scale, trace[metric], label=arm, color=(colours or {}).get(arm), marker=".")
+            line, = ax.plot(trace[x] * scale, trace[metric], label=arm, color=(colours or {}).get(arm), marker=".")
+            if len(estimates):  # estimates between certificates: thin, dashed, the arm's colour
+                ax.plot(estimates[x] * scale, estimates[metric], color=line.get_color(), linestyle="--",
+                        linewidth=0.8, alpha=0.6, label=f"{arm} (estimate)")
         ax.axhline(target, color="grey", linestyle=":", label="target")
         ax.set(yscale="log", xlabel=label, ylabel=ylabel, title=title)
         ax.legend()
