@@ -123,6 +123,12 @@ def dual_step(z_old, z_new, shift_old, shift_new, centred):
     s_i = <A_i, z> - shift mu_i with shift = c m off."""
     dz = z_new - z_old
     if not centred:
-        return np.array([float(np.linalg.norm(dz)), 0.0])
+        return np.array([norm(dz), 0.0])
     total = float(dz.sum())
-    return np.array([float(np.linalg.norm(dz - total / dz.shape[0])), abs(total - (shift_new - shift_old))])
+    return np.array([norm(dz - total / dz.shape[0]), abs(total - (shift_new - shift_old))])
+
+
+def norm(x):
+    """||x||_2 without BLAS (a BLAS call from this thread waits on its pool's spinning
+    threads while the host thread computes gaps: 11 ms for 20,000 numbers, measured)."""
+    return float(np.sqrt(np.square(x).sum()))

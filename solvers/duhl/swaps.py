@@ -33,7 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from solvers.duhl.gap_memory import GapMemory, dual_step
+from solvers.duhl.gap_memory import GapMemory, dual_step, norm
 from solvers.duhl.selection import Policy
 
 # A round does about ``local_epochs`` epochs' worth of updates however far shrinking
@@ -254,7 +254,7 @@ def solve_with_swaps(solver, problem, rset, a, z, off, rng, trace, t0, iterates)
                 else:
                     certifier.refreshed(todo_bytes)
             step = dual_step(snapshot[1], z, problem.c * m * snapshot[2][0], problem.c * m * off[0], centred)
-            memory.moved(dev_coords, dev_gaps, dev_s, step=step, a=a, u_norm=float(np.linalg.norm(z)))
+            memory.moved(dev_coords, dev_gaps, dev_s, step=step, a=a, u_norm=norm(z))
             certified = memory.all_known()
             if certified:  # every gap computed (all resident) or proven: the end state is certified
                 estimate = record(rnd, state, memory.estimate(), updates, swaps)
