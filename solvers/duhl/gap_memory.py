@@ -8,27 +8,29 @@ slower tier the host cannot refresh every stale gap each round, so :meth:`plan`
 picks the oldest ones (a round-robin cursor over the stale coordinates) that fit
 a byte budget.
 
-*Proven* gaps need no data at all. For the l1 models (Lasso, elastic net) a
-coordinate at a_i = 0 has gap exactly 0 while |s_i| <= l1, and s_i = <A_i, u>
-moves with the dual vector u by at most ||A_i|| times how far u moved since s_i
-was computed (Cauchy-Schwarz, as in gap safe screening: Fercoq, Gramfort &
-Salmon 2015). The memory tracks the length of the path u travelled (:meth:`moved`
-is told each step); a stale zero coordinate whose last |s_i| plus that bound
-stays below l1 has gap 0 at the current state, exactly what a read would give.
-Certificates and refreshes read only the coordinates nothing proves: on disk,
-most of a sparse model's columns after the first pass.
+*Proven* gaps need no data at all. A coordinate at a bound has gap exactly 0 while
+s_i stays in an interval (the model's ``zero_gap``: |s_i| <= l1 at a_i = 0 for the
+Lasso and elastic net; a margin s_i >= 1 at a_i = 0, s_i <= 1 at a_i = C for the
+hinge SVM), and s_i = <A_i, u> moves with the dual vector u by at most ||A_i||
+times how far u moved since s_i was computed (Cauchy-Schwarz, as in gap safe
+screening: Fercoq, Gramfort & Salmon 2015). The memory tracks the length of the
+path u travelled (:meth:`moved` is told each step); a stale coordinate whose last
+s_i stays in its interval by more than that bound has gap 0 at the current state,
+exactly what a read would give. Certificates and refreshes read only the
+coordinates nothing proves: on disk, most of a sparse model's columns after the
+first pass.
 """
 
 import numpy as np
 
-# |s_i| + bound must stay this far below l1: s_i's own rounding never decides a proof
+# s_i +- its bound must stay this far inside the interval: s_i's own rounding never decides a proof
 MARGIN = 1e-9
 ROUNDING = 1e-12
 
 
 class GapMemory:
-    def __init__(self, gaps, s, coord_bytes, zero_radius=None, norms=None, mu=None):
-        """``zero_radius``: l1 when a zero coordinate's gap is 0 for |s_i| <= l1 (else None:
+    def __init__(self, gaps, s, coord_bytes, zero_gap=None, norms=None, mu=None):
+        """``zero_gap(a)``: each coordinate's interval (lo, hi) of s_i with gap 0 at a (None:
         nothing is ever proven); ``norms``: sqrt of each coordinate's centred squared norm;
         ``mu``: its mean (the intercept's share of s_i)."""
         self.gaps = np.asarray(gaps, dtype=np.float64)
@@ -38,7 +40,7 @@ class GapMemory:
         self.fresh = np.ones(n, dtype=bool)
         self.proven = np.zeros(n, dtype=bool)
         self._cursor = 0
-        self.zero_radius = zero_radius
+        self.zero_gap = zero_gap
         self.norms = norms
         self.mu = None if mu is None or not np.any(mu) else np.abs(mu)
         self.path = np.zeros(2)           # how far u has moved: (centred part, intercept part)
@@ -98,21 +100,23 @@ class GapMemory:
         self.gaps[coords] = gaps
         self.s[coords] = s
         self.at[coords] = self.path
-        if step is not None and self.zero_radius is not None:
+        if step is not None and self.zero_gap is not None:
             self.prove(self.stale(), a, u_norm)
 
     def prove(self, coords, a, u_norm):
-        """Mark the coordinates of ``coords`` (stale) at a_i = 0 whose gap the bound proves
-        0 now."""
-        coords = coords[a[coords] == 0.0]
+        """Mark the coordinates of ``coords`` (stale) whose gap the bound proves 0 now."""
+        lo, hi = self.zero_gap(a[coords])
+        candidate = lo <= hi
+        coords, lo, hi = coords[candidate], lo[candidate], hi[candidate]
         if coords.shape[0] == 0:
             return
-        norms = self.norms[coords]
         # how far s_i may have moved, plus its rounding when it was computed (dot products of m terms)
-        drift = norms * (self.path[0] - self.at[coords, 0] + ROUNDING * u_norm)
+        drift = self.norms[coords] * (self.path[0] - self.at[coords, 0] + ROUNDING * u_norm)
         if self.mu is not None:
             drift += self.mu[coords] * (self.path[1] - self.at[coords, 1])
-        ok = np.abs(self.s[coords]) + drift <= self.zero_radius * (1.0 - MARGIN)
+        s = self.s[coords]
+        ok = ((s - drift >= lo + MARGIN * np.abs(np.where(np.isfinite(lo), lo, 0.0)))
+              & (s + drift <= hi - MARGIN * np.abs(np.where(np.isfinite(hi), hi, 0.0))))
         done = coords[ok]
         self.proven[done] = True
         self.gaps[done] = 0.0

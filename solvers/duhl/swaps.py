@@ -21,11 +21,12 @@ a read of the stale data). ``refresh="all"`` certifies every round. With the
 whole problem resident the device's gaps certify (on a schedule: no selection
 needs them).
 
-Stale is what the memory cannot prove: for the l1 models a zero coordinate whose
-gap is provably 0 at the current state needs no data (solvers.duhl.gap_memory),
-so near the optimum most of a sparse model's coordinates drop out of the
-certificates' and refreshes' reads; when none is left stale, the round's end
-state is certified without reading anything.
+Stale is what the memory cannot prove: a coordinate at a bound whose gap is
+provably 0 at the current state (a Lasso zero with |s_i| well below alpha, an SVM
+sample well outside the margin: solvers.duhl.gap_memory) needs no data, so near
+the optimum most of a sparse model's coordinates drop out of the certificates'
+and refreshes' reads; when none is left stale, the round's end state is certified
+without reading anything.
 """
 
 import time
@@ -140,11 +141,12 @@ def refresh_ratio(refresh, problem):
 
 
 def provable(problem):
-    """GapMemory's arguments for proving zero gaps without data (l1 models solved in the primal)."""
-    l1 = getattr(problem.theta, "l1", 0.0)
-    if problem.dual_form or not l1 > 0:
+    """GapMemory's arguments for proving gaps 0 without data (models with a ``zero_gap``)."""
+    zero_gap = problem.model.zero_gap
+    if zero_gap is None:
         return {}
-    return {"zero_radius": float(l1), "norms": np.sqrt(problem.sqnorm), "mu": problem.mu}
+    theta = problem.theta
+    return {"zero_gap": lambda a: zero_gap(theta, a), "norms": np.sqrt(problem.sqnorm), "mu": problem.mu}
 
 
 def solve_with_swaps(solver, problem, rset, a, z, off, rng, trace, t0, iterates):

@@ -57,6 +57,9 @@ class Model:
     (coordinates = samples, solved in the dual) have ``dual_from_margin``: the dual
     variable the KKT conditions give a sample of margin y <w, x> (the peers' w is
     scored with it).
+    ``zero_gap(theta, a)``: per coordinate, the interval (lo, hi) of s_i on which the
+    coordinate gap at a_i is exactly 0 (empty, lo > hi, where no such interval is
+    known): what lets DuHL's gap memory prove a gap without the coordinate's data.
     """
 
     name: str
@@ -67,6 +70,7 @@ class Model:
     theta: Callable[[Mapping[str, Any], float], Any]
     curvature: Optional[Callable[[int], float]] = None
     dual_from_margin: Optional[Callable[[Any, Any], Any]] = None
+    zero_gap: Optional[Callable[[Any, Any], Any]] = None
     doc: str = field(default="", compare=False)
 
 

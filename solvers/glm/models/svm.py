@@ -57,9 +57,19 @@ def _dual_from_margin(theta, m):
     return np.where(m < 1.0, theta.C, 0.0)  # margin points: refined by the caller if it can
 
 
+def _zero_gap(theta, a):
+    """At a_i = 0 the gap is 0 for margins s_i >= 1; at a_i = C (hinge) for s_i <= 1."""
+    lo = np.where(a == 0.0, 1.0, np.inf)
+    hi = np.where(a == 0.0, np.inf, -np.inf)
+    if not theta.squared:
+        upper = a == theta.C
+        lo, hi = np.where(upper, -np.inf, lo), np.where(upper, 1.0, hi)
+    return lo, hi
+
+
 MODELS = [
     Model("svm", "LinearSVC", True, SVM, {**CLASSIFIER_PARAMS, "loss": "hinge"},
           lambda p, P0: SVMTheta(float(p["C"]), float(p["loss"] == "squared_hinge")),
-          dual_from_margin=_dual_from_margin,
+          dual_from_margin=_dual_from_margin, zero_gap=_zero_gap,
           doc="1/2 ||w||^2 + C sum hinge or squared hinge, in the dual"),
 ]

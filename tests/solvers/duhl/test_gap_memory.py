@@ -21,11 +21,24 @@ def lasso(fit_intercept, seed=0, m=300, d=120):
     return make_problem("lasso", X, y, alpha=alpha, fit_intercept=fit_intercept)
 
 
-@pytest.mark.parametrize("fit_intercept", [False, True])
-def test_a_proven_gap_is_the_gap_a_read_gives(fit_intercept):
+def svm(squared, seed=0, m=200, d=30):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((m, d))
+    y = np.sign(X[:, 0] + 0.5 * rng.standard_normal(m))
+    return make_problem("svm", X, y, C=0.5, fit_intercept=False,
+                        loss="squared_hinge" if squared else "hinge")
+
+
+CASES = {"lasso": lambda: lasso(False), "lasso, intercept": lambda: lasso(True),
+         "hinge svm": lambda: svm(False), "squared hinge svm": lambda: svm(True)}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_proven_gap_is_the_gap_a_read_gives(case):
     """Random moves of the state (a changes on a few coordinates, z and off follow): every
-    coordinate proven at a state has a_i = 0 and gap 0 there, by the kernel and by numpy."""
-    problem = lasso(fit_intercept)
+    coordinate proven at a state has gap 0 there, by the kernel, and s_i (numpy) inside the
+    model's interval."""
+    problem = CASES[case]()
     rng = np.random.default_rng(1)
     n = problem.n_coords
     a = np.zeros(n)
@@ -38,7 +51,11 @@ def test_a_proven_gap_is_the_gap_a_read_gives(fit_intercept):
         block = rng.choice(n, 10, replace=False)
         old_z, old_off = z, off
         a = a.copy()
-        a[block[:3]] += rng.normal(scale=0.3 / (1 + step), size=3)  # a few move; the rest stay at 0
+        if problem.dual_form:  # dual variables in [0, C]: some at each bound, some inside
+            C = problem.theta.C
+            a[block[:3]] = rng.choice([0.0, C, 0.5 * C], size=3) * (rng.random(3) if step % 2 else 1.0)
+        else:
+            a[block[:3]] += rng.normal(scale=0.3 / (1 + step), size=3)  # a few move; the rest stay at 0
         z, off = problem.state_from(a)
         gaps, s = problem.coordinate_gaps(a, z, off, block, with_s=True)
         moved = dual_step(old_z, z, problem.c * m * old_off[0], problem.c * m * off[0], memory.mu is not None)
@@ -47,31 +64,33 @@ def test_a_proven_gap_is_the_gap_a_read_gives(fit_intercept):
         proven_total += proven.size
         assert not memory.proven[block].any()
         true_gaps, true_s = problem.coordinate_gaps(a, z, off, with_s=True)
-        assert np.all(a[proven] == 0.0)
         assert np.all(true_gaps[proven] == 0.0)
         assert np.all(memory.gaps[proven] == 0.0)
-        # s_i by numpy: <A_i - mu_i, z - mean(z)> plus the intercept's share (see gaps_dense)
+        # s_i by numpy: <A_i - mu_i, z - mean(z)> with an intercept (see gaps_dense), else <A_i, z>
         A = problem.A
-        u = z - (problem.c * off[0] if fit_intercept else 0.0)
-        s_np = (A - problem.mu[:, None]) @ u if fit_intercept else A @ z
+        u = z - problem.c * off[0]
+        s_np = (A - problem.mu[:, None]) @ u if np.any(problem.mu) else A @ z
         np.testing.assert_allclose(true_s, s_np, rtol=1e-9, atol=1e-9 * np.abs(s_np).max())
-        assert np.all(np.abs(s_np[proven]) < problem.theta.l1)
+        if problem.dual_form:  # at 0 a margin above 1; at C (hinge) below
+            assert np.all(np.where(a[proven] == 0.0, s_np[proven] > 1.0, s_np[proven] < 1.0))
+            assert np.all((a[proven] == 0.0) | (a[proven] == problem.theta.C))
+        else:
+            assert np.all(a[proven] == 0.0) and np.all(np.abs(s_np[proven]) < problem.theta.l1)
     assert proven_total > 0  # the bound proves something on this path, else nothing was tested
 
 
-def test_models_without_an_l1_term_prove_nothing():
-    ridge = make_problem("ridge", np.eye(5), np.arange(5.0), alpha=1.0)
-    assert swaps.provable(ridge) == {}
+def test_models_without_an_interval_prove_nothing():
+    assert swaps.provable(make_problem("ridge", np.eye(5), np.arange(5.0), alpha=1.0)) == {}
     X = np.random.default_rng(0).standard_normal((40, 5))
-    svm = make_problem("svm", X, np.sign(X[:, 0]), C=1.0)
-    assert swaps.provable(svm) == {}
+    assert swaps.provable(make_problem("logistic", X, np.sign(X[:, 0]), C=1.0)) == {}
 
 
-def test_end_states_certified_by_proofs_are_exact(monkeypatch):
-    """A budgeted Lasso run: rows certified with no stale gap left to read match the gap of
-    the iterate recomputed from a alone (the tight certificate, as problem.certify gives it
-    with every coordinate read)."""
-    problem = lasso(False, seed=3, m=400, d=300)
+@pytest.mark.parametrize("case", ["lasso", "hinge svm"])
+def test_rows_certified_with_proofs_are_exact(case, monkeypatch):
+    """Budgeted runs where proofs happen: every certified row's gap equals the gap of its
+    iterate recomputed from a alone with every coordinate read (problem.certify: the tight
+    certificate for the Lasso, P - D in the dual for the SVM)."""
+    problem = lasso(False, seed=3, m=400, d=300) if case == "lasso" else svm(False, seed=3, m=600, d=40)
     proofs = []
     real = GapMemory.moved
 
@@ -87,5 +106,5 @@ def test_end_states_certified_by_proofs_are_exact(monkeypatch):
         if not exact:
             continue
         z, off = problem.state_from(a)
-        primal, dual, _, best = problem.certify(a, z, off, dual_best=best)
-        assert gap == pytest.approx(primal - best, rel=1e-7, abs=1e-12 * problem.P0)
+        _, _, expected, best = problem.certify(a, z, off, dual_best=best)
+        assert gap == pytest.approx(expected, rel=1e-7, abs=1e-12 * problem.P0)
