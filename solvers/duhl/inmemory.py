@@ -11,9 +11,9 @@ against ~6 us of kernel per round). Here one compiled call runs many rounds:
   that leaves at most half of them; the first round visits all;
 - a round is ``local_epochs`` epochs' worth of updates over the working set, in a
   fresh random order per pass (with Anderson extrapolation, :mod:`solvers.duhl.anderson`,
-  per window of the K + 1 passes it extrapolates from); rounds repeat until the working set's own gap (|W|
-  dot products: cheap) is at most ``inner`` times the last global gap, then the
-  next global pass certifies.
+  per window of the K + 1 passes it extrapolates from); rounds repeat until the working
+  set's own gap (|W| dot products: cheap) is at most ``inner`` times the last global
+  gap, then the next global pass certifies.
 
 A call returns at the tolerance, at the epoch cap, when its history buffer is full,
 or when its time slice is spent, so the caller streams trace rows (and checks
@@ -218,8 +218,8 @@ def solve_in_memory(problem, a, z, off, *, local_epochs, max_epochs, max_time, s
                     accel_state=None):
     """Run :func:`run_slice` until it stops; ``record(history rows, counters)`` streams each
     slice's rows. ``anderson``: K > 0 extrapolates every K passes (the Lasso family only; the
-    caller checks); ``accel_state`` receives
-    [stored, tries, kept] of the extrapolation. Returns (status, the best dual value of the run)."""
+    caller checks); ``accel_state`` receives [stored, tries, kept] of the extrapolation.
+    Returns (status, the best dual value of the run)."""
     n = problem.n_coords
     A = problem.A
     D = (A.indptr, A.indices, A.data) if problem.sparse else (A,)

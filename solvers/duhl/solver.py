@@ -237,7 +237,8 @@ class DuHL:
             z, off = -problem.c * problem.b, np.zeros(1)
         else:
             z, off = problem.state_from(a)
-        if not isinstance(self.anderson, str) and self.anderson and not (budget is None and self.device == "cpu" and not problem.dual_form):
+        applies = budget is None and self.device == "cpu" and not problem.dual_form
+        if not isinstance(self.anderson, str) and self.anderson and not applies:
             self._notes.append("anderson applies with all data resident on the CPU and coordinates that are "
                                "the model's coefficients (Lasso, ElasticNet, Ridge): ignored")
         if budget is None and self.device == "cpu":
