@@ -10,9 +10,10 @@ against ~6 us of kernel per round). Here one compiled call runs many rounds:
   is positive (those at a bound with optimality holding have gap 0 exactly), when
   that leaves at most half of them; the first round visits all;
 - a round is ``local_epochs`` epochs' worth of updates over the working set, in a
-  fresh random order per pass; rounds repeat until the working set's own gap (|W|
-  dot products: cheap) is at most ``inner`` times the last global gap, then the
-  next global pass certifies.
+  fresh random order per pass (with Anderson extrapolation, :mod:`solvers.duhl.anderson`,
+  per window of the K + 1 passes it extrapolates from); rounds repeat until the working
+  set's own gap (|W| dot products: cheap) is at most ``inner`` times the last global
+  gap, then the next global pass certifies.
 
 A call returns at the tolerance, at the epoch cap, when its history buffer is full,
 or when its time slice is spent, so the caller streams trace rows (and checks
@@ -28,6 +29,7 @@ from numba import njit, objmode
 from numba.core.errors import NumbaWarning
 from numba.extending import overload
 
+from solvers.duhl.anderson import extrapolate
 from solvers.glm.certificates import form_certificate, residual_stats, tight_lasso
 from solvers.kernels import cpu
 
@@ -95,6 +97,19 @@ def _working_gap(D, work, a, z, off, mu, c, theta, b, tight, l1, gaps, s):
 
 
 @njit(nogil=True)
+def _same_set(old, new, n):
+    if old.shape[0] != new.shape[0]:
+        return False
+    member = np.zeros(n, np.bool_)
+    for i in old:
+        member[i] = True
+    for i in new:
+        if not member[i]:
+            return False
+    return True
+
+
+@njit(nogil=True)
 def _plan_next_pass(schedule, rounds, gap, tol_abs):
     """With every coordinate visited, when to pay for the next global gap pass: from the
     last two passes' gaps, the linear rate per round predicts the rounds to the target;
@@ -112,7 +127,7 @@ def _plan_next_pass(schedule, rounds, gap, tol_abs):
 @cpu.model_kernel(nogil=True, cache=True, error_model="numpy")
 def run_slice(D, a, z, off, mu, sqnorm, c, b, theta, tight, l1, carry_dual, tol_abs, max_updates, deadline,
               local_epochs, max_passes, inner, shrinking, work, n_work, fresh, target, gaps, s, dual_best,
-              counters, schedule, history, iterates):
+              counters, schedule, history, iterates, accel, accel_state):
     """Rounds until the tolerance, ``max_updates``, ``deadline`` (perf_counter seconds) or a
     full ``history``. Carried between calls: ``counters`` (updates, rounds, gap passes, rows
     of this slice, rows of the run), the working set ``work[:n_work]``, ``fresh`` (a global
@@ -121,7 +136,10 @@ def run_slice(D, a, z, off, mu, sqnorm, c, b, theta, tight, l1, carry_dual, tol_
     the next) and ``dual_best``. Each history row: (time, updates, P_form, D_form, gap,
     rounds); ``iterates`` receives a copy of a at the first rows. ``carry_dual``: whether the
     best dual value of earlier states certifies later ones (not when the model is w(a), in
-    the dual: see Problem.certify). Returns (n_work, fresh,
+    the dual: see Problem.certify). ``accel``: (K + 1, n) iterates for Anderson extrapolation
+    every K passes (:mod:`solvers.duhl.anderson`), (0, n) for none: then the working set's
+    random order is drawn once per window of K + 1 passes, not per pass; ``accel_state``:
+    its [stored, tries, kept]. Returns (n_work, fresh,
     target, dual_best, status): status 1 converged, 2 max_updates, 3 deadline or full."""
     n = a.shape[0]
     everyone = np.arange(n)
@@ -154,6 +172,7 @@ def run_slice(D, a, z, off, mu, sqnorm, c, b, theta, tight, l1, carry_dual, tol_
             _plan_next_pass(schedule, counters[1], gap, tol_abs)
             if counters[0] >= max_updates:
                 return n_work, fresh, target, dual_best, 2
+            previous = work[:n_work].copy()
             n_work = 0
             if shrinking and counters[1] > 0:
                 for i in range(n):
@@ -165,13 +184,20 @@ def run_slice(D, a, z, off, mu, sqnorm, c, b, theta, tight, l1, carry_dual, tol_
                 n_work = n
             target = max(inner * gap, 0.5 * tol_abs)
             fresh = False
+            if _same_set(previous, work[:n_work], n):  # the same passes: Anderson's iterates carry on
+                work[:n_work] = previous
+            else:  # extrapolate from iterates of one working set only
+                accel_state[0] = 0
             if counters[3] >= history.shape[0] or history[row, 0] >= deadline:
                 return n_work, fresh, target, dual_best, 3
         active = work[:n_work]
         passes = local_epochs * min(max_passes, max(1, n // max(1, n_work)))
         for _ in range(passes):
-            np.random.shuffle(active)
+            if accel.shape[0] <= 1 or accel_state[0] == 0:  # with Anderson: one order per window
+                np.random.shuffle(active)
             counters[0] += _epoch(D, everyone, active, a, z, off, mu, sqnorm, c, theta)
+            if accel.shape[0] > 1:
+                extrapolate(D, active, a, z, off, mu, c, b, theta, accel, accel_state)
         counters[1] += 1
         if counters[0] >= max_updates:
             fresh = True
@@ -188,9 +214,12 @@ def seed(value):
 
 
 def solve_in_memory(problem, a, z, off, *, local_epochs, max_epochs, max_time, shrinking, tol_abs, seed_value,
-                    record, t0, slice_s=0.2, inner=0.3, max_passes=16, iterates=None):
+                    record, t0, slice_s=0.2, inner=0.3, max_passes=16, iterates=None, anderson=0,
+                    accel_state=None):
     """Run :func:`run_slice` until it stops; ``record(history rows, counters)`` streams each
-    slice's rows. Returns (status, the best dual value of the run)."""
+    slice's rows. ``anderson``: K > 0 extrapolates every K passes (the Lasso family only; the
+    caller checks); ``accel_state`` receives [stored, tries, kept] of the extrapolation.
+    Returns (status, the best dual value of the run)."""
     n = problem.n_coords
     A = problem.A
     D = (A.indptr, A.indices, A.data) if problem.sparse else (A,)
@@ -202,6 +231,8 @@ def solve_in_memory(problem, a, z, off, *, local_epochs, max_epochs, max_time, s
     iterates = np.empty((0, n)) if iterates is None else iterates
     schedule = np.array([0.0, np.inf, 0.0])
     history = np.empty((HISTORY, 6))
+    accel = np.empty((anderson + 1 if anderson > 0 else 0, n))
+    accel_state = np.zeros(3) if accel_state is None else accel_state
     state = (n, True, 0.0, -np.inf)
     seed(seed_value)
     while True:
@@ -214,7 +245,8 @@ def solve_in_memory(problem, a, z, off, *, local_epochs, max_epochs, max_time, s
             n_work, fresh, target, dual_best, code = run_slice(
                 D, a, z, off, problem.mu, problem.sqnorm, problem.c, problem.b, problem.theta, tight, l1,
                 not problem.dual_form, tol_abs, max_epochs * n, deadline, local_epochs, max_passes, inner, shrinking, work, state[0],
-                state[1], state[2], gaps, s, state[3], counters, schedule, history, iterates)
+                state[1], state[2], gaps, s, state[3], counters, schedule, history, iterates, accel,
+                accel_state)
         state = (n_work, fresh, target, dual_best)
         record(history[: int(counters[3])], counters)
         if code == 1:

@@ -33,6 +33,7 @@ from solvers.glm.checks import check_params
 from solvers.glm.trace import SolveResult, Trace
 
 DuHLResult = SolveResult  # the name callers know
+ANDERSON_K = 5  # passes between extrapolations (skglm's K)
 
 
 class DuHL:
@@ -104,6 +105,12 @@ class DuHL:
         an epoch a Jacobi step, which diverges on correlated coordinates;
         "auto" allows sqrt(coordinates), the delay under which asynchronous
         coordinate descent keeps its linear rate (Liu & Wright, 2015).
+    anderson : "auto" or bool
+        All data resident on the CPU, the Lasso family (Lasso, ElasticNet, Ridge): every
+        5 passes over the working set try the Anderson extrapolation of the last 6
+        iterates, kept only where it lowers the objective, the coordinate order drawn
+        once per 6 passes (solvers.duhl.anderson). "auto": on where it applies; True:
+        the same, with a note where it does not apply; False: off.
     """
 
     owner = "DuHL"  # the class errors name (an estimator built on DuHL sets its own)
@@ -111,7 +118,7 @@ class DuHL:
     def __init__(self, memory_budget=None, selection="gap", local_epochs=1, tol=1e-6,
                  max_epochs=1000, max_time=None, device="cpu", random_state=None, callback=None,
                  gap_every="auto", shrinking=True, prefetch="auto", gap_kernel="tpa",
-                 concurrency="auto", keep_iterates=0, refresh="auto", host_budget=None):
+                 concurrency="auto", keep_iterates=0, refresh="auto", host_budget=None, anderson="auto"):
         self.memory_budget = memory_budget
         self.selection = selection
         self.local_epochs = local_epochs
@@ -129,6 +136,7 @@ class DuHL:
         self.keep_iterates = keep_iterates
         self.refresh = refresh
         self.host_budget = host_budget
+        self.anderson = anderson
         self._validate(self.owner)
 
     def _validate(self, owner):
@@ -137,7 +145,8 @@ class DuHL:
                      max_time=self.max_time, device=self.device, random_state=self.random_state,
                      gap_every=self.gap_every, shrinking=self.shrinking, prefetch=self.prefetch,
                      gap_kernel=self.gap_kernel, concurrency=self.concurrency,
-                     keep_iterates=self.keep_iterates, refresh=self.refresh, host_budget=self.host_budget)
+                     keep_iterates=self.keep_iterates, refresh=self.refresh, host_budget=self.host_budget,
+                     anderson=self.anderson)
         if self.gap_kernel == "blas" and self.device == "cpu":
             raise ValueError(f"The 'gap_kernel' parameter 'blas' of {owner} runs on device='cuda' or "
                              "'cuda_sim' (the CPU computes gaps with its own kernels). Got device='cpu'.")
@@ -228,6 +237,10 @@ class DuHL:
             z, off = -problem.c * problem.b, np.zeros(1)
         else:
             z, off = problem.state_from(a)
+        applies = budget is None and self.device == "cpu" and not problem.dual_form
+        if not isinstance(self.anderson, str) and self.anderson and not applies:
+            self._notes.append("anderson applies with all data resident on the CPU and coordinates that are "
+                               "the model's coefficients (Lasso, ElasticNet, Ridge): ignored")
         if budget is None and self.device == "cpu":
             status, rounds, counters = self._solve_in_memory(problem, a, z, off, rng, trace, t0)
             bytes_h2d, hits, prefetched = int(problem.coord_bytes.sum()), 0, 0
@@ -272,5 +285,11 @@ class DuHL:
             problem, a, z, off, local_epochs=self.local_epochs, max_epochs=self.max_epochs,
             max_time=self.max_time, shrinking=self.shrinking, tol_abs=self.tol * P0,
             seed_value=int(rng.integers(2**31 - 1)), record=record, t0=t0, max_passes=MAX_PASSES_PER_ROUND,
-            iterates=self._iterates)
+            iterates=self._iterates, **self._acceleration(problem))
         return status, done["rounds"], (done["updates"], dual_best)
+
+    def _acceleration(self, problem):
+        """The compiled loop's Anderson settings; ``_anderson_k`` overrides K (experiments)."""
+        on = (isinstance(self.anderson, str) or bool(self.anderson)) and not problem.dual_form
+        self._accel_state = np.zeros(3)  # [stored, tries, kept], for inspection
+        return dict(anderson=getattr(self, "_anderson_k", ANDERSON_K) if on else 0, accel_state=self._accel_state)

@@ -193,6 +193,7 @@ RULES: Mapping[str, Rule] = {
     "device": Options(DEVICES),
     "gap_every": AUTO_OR_POSITIVE_INT,
     "shrinking": Boolean(),
+    "anderson": Either("auto", Boolean()),
     "prefetch": Either("auto", Real(0, 1, "left")),
     "gap_kernel": Options(("tpa", "blas")),
     "concurrency": AUTO_OR_POSITIVE_INT,
