@@ -59,9 +59,12 @@ class SolverConfig:
 class DuhlSolverConfig(SolverConfig):
     """DuHL: ``refresh`` is the stale-gap refresh per round with part of the data resident:
     "auto" (as many bytes as the block reads, or on disk as the disk reads while it computes),
-    "all" (every gap every round), or a float >= 0 (that many data's worth; 0: none)."""
+    "all" (every gap every round), or a float >= 0 (that many data's worth; 0: none).
+    ``anderson``: Anderson extrapolation with all data resident on the CPU (Lasso family):
+    "auto" (on where it applies), true or false."""
 
     refresh: Any = "auto"
+    anderson: Any = "auto"
 
 
 @dataclass

@@ -25,9 +25,9 @@ from tasks.problems import build_problem, build_problem_on_disk, feature_stats, 
 # peer_*: other libraries (tasks/peers.py); cocoa, diana: replicas (tasks/distributed_glm/)
 SOLVERS = {"duhl": DuHL, **PEER_SOLVERS, **DISTRIBUTED_ARMS}
 
-# device/ settings (and DuHL's refresh) that only the solvers running DuHL's resident sets
-# take (DuHL, CoCoA+); the others (peers, DIANA) do not see them
-DEVICE_KEYS = ("prefetch", "gap_kernel", "concurrency", "host_budget", "refresh")
+# device/ settings (and DuHL's refresh, anderson) that only the solvers running DuHL's resident
+# sets take (DuHL, CoCoA+); the others (peers, DIANA) do not see them
+DEVICE_KEYS = ("prefetch", "gap_kernel", "concurrency", "host_budget", "refresh", "anderson")
 
 
 def solver_class(settings: Mapping[str, Any]):

@@ -123,10 +123,13 @@ def _coord_update(theta, a, s, L):
 
 
 def source_digest() -> int:
-    """A hash of the model math (this package's files): compiled kernels that inline it
-    key their on-disk cache on it (Numba keys its cache on the kernel's own file only)."""
+    """A hash of the code compiled kernels may inline (every file under solvers/: the model
+    math, the kernels, the certificates, Anderson's step, the compiled loops): they key their
+    on-disk cache on it (Numba keys its cache on the kernel's own file only, numba#1833)."""
     digest = hashlib.blake2b(digest_size=7)
-    for path in sorted(Path(__file__).parent.glob("*.py")):
+    root = Path(__file__).resolve().parents[2]  # solvers/
+    for path in sorted(root.rglob("*.py")):
+        digest.update(path.relative_to(root).as_posix().encode())
         digest.update(path.read_bytes())
     return int.from_bytes(digest.digest(), "big")
 

@@ -181,18 +181,25 @@ def test_an_unknown_model_raises_in_python_and_in_compiled_code():
 
 
 def test_kernels_cache_per_version_of_the_model_math():
-    """Every cached kernel that inlines model math is named after a hash of all of
-    solvers/glm/models/ (its cache files with it): an edit there compiles anew, and a
-    renamed theta class never meets an index that pickled the old one."""
+    """Every cached kernel that inlines model math is named after a hash of every file
+    under solvers/ (its cache files with it): an edit to the model math, or to what the
+    compiled loops inline from other files (certificates, Anderson's step), compiles anew,
+    and a renamed theta class never meets an index that pickled the old one."""
     import hashlib
     from pathlib import Path
 
+    from solvers.duhl import inmemory
     from solvers.kernels import cpu
 
+    root = Path(models.__file__).resolve().parents[2]
+    assert (root / "duhl" / "anderson.py").exists() and (root / "glm" / "certificates.py").exists()
     digest = hashlib.blake2b(digest_size=7)
-    for path in sorted((Path(models.__file__).parent).glob("*.py")):
+    for path in sorted(root.rglob("*.py")):
+        digest.update(path.relative_to(root).as_posix().encode())
         digest.update(path.read_bytes())
     code = f"{int.from_bytes(digest.digest(), 'big'):014x}"
-    for kernel in (cpu.scd_epoch_dense, cpu.scd_epoch_sparse, cpu.gaps_dense, cpu.gaps_sparse, cpu.sum_g):
+    for kernel in (cpu.scd_epoch_dense, cpu.scd_epoch_sparse, cpu.gaps_dense, cpu.gaps_sparse, cpu.sum_g,
+                   inmemory.run_slice):
         assert kernel.py_func.__qualname__.endswith(f"__models_{code}"), kernel
-        assert kernel._cache._impl._filename_base.startswith(f"cpu.{kernel.py_func.__qualname__}")
+        module = kernel.py_func.__module__.rsplit(".", 1)[-1]
+        assert kernel._cache._impl._filename_base.startswith(f"{module}.{kernel.py_func.__qualname__}")
