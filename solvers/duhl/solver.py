@@ -25,6 +25,7 @@ import time
 import numpy as np
 
 from solvers.duhl.budget import parse_budget, split_budget
+from solvers.duhl.compiled_swaps import routes, solve_compiled_swaps
 from solvers.duhl.inmemory import solve_in_memory
 from solvers.duhl.on_disk import DEFAULT_BUFFER_BYTES, available_ram
 from solvers.duhl.resident import make_resident_set
@@ -234,8 +235,8 @@ class DuHL:
         else:
             rset = make_resident_set(problem, budget, self.device, prefetch=self._prefetch_share(problem),
                                       gap_kernel=self.gap_kernel, concurrency=self.concurrency)
-            status, rounds, counters = solve_with_swaps(self, problem, rset, a, z, off, rng, trace, t0,
-                                                        self._iterates)
+            loop = solve_compiled_swaps if routes(self, problem, rset) else solve_with_swaps
+            status, rounds, counters = loop(self, problem, rset, a, z, off, rng, trace, t0, self._iterates)
             bytes_h2d, hits, prefetched = rset.bytes_h2d, rset.prefetch_hits, rset.bytes_prefetched
         updates, dual_best = counters
         last = trace.rows[-1]
