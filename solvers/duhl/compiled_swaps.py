@@ -27,14 +27,14 @@ the round's epochs meanwhile and discards them (``epochs`` counts them there).
 """
 
 import time
-import warnings
 
 import numpy as np
-from numba import njit
-from numba.core.errors import NumbaWarning
-from numba.extending import overload
+from llvmlite import ir
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic, overload
 
-from solvers.duhl.inmemory import _csr, _epoch, _gaps, _now
+from solvers.duhl.inmemory import _csr, _epoch, _gaps
 from solvers.duhl.swaps import MAX_PASSES_PER_ROUND, _child
 from solvers.glm.certificates import form_certificate, residual_stats, tight_lasso
 from solvers.kernels import cpu
@@ -61,6 +61,28 @@ def routes(solver, problem, rset):
     if solver.refresh == "all":
         return True
     return solver.refresh == "auto" and int(problem.coord_bytes.sum()) <= SMALL_DATA_BYTES
+
+
+@intrinsic
+def _monotonic_ns(typingctx):
+    """clock_gettime(CLOCK_MONOTONIC) in ns, perf_counter's clock on Linux, called by name
+    (no GIL, ~50 ns: a row per round; an object-mode perf_counter costs ~1 us)."""
+    def codegen(context, builder, signature, args):
+        i32, i64 = ir.IntType(32), ir.IntType(64)
+        spec = ir.LiteralStructType([i64, i64])
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(i32, [i32, spec.as_pointer()]),
+                                            "clock_gettime")
+        ts = cgutils.alloca_once(builder, spec)
+        builder.call(fn, [ir.Constant(i32, 1), ts])
+        sec = builder.load(cgutils.gep_inbounds(builder, ts, 0, 0))
+        nsec = builder.load(cgutils.gep_inbounds(builder, ts, 0, 1))
+        return builder.add(builder.mul(sec, ir.Constant(i64, 10**9)), nsec)
+    return types.int64(), codegen
+
+
+@njit(nogil=True, cache=True)
+def _now():
+    return _monotonic_ns() * 1e-9
 
 
 @njit(nogil=True, cache=True)
@@ -200,28 +222,72 @@ def _swap_in_for(A, B, row_coord, pos, keep, joined, n_joined):
 
 
 @njit(nogil=True, cache=True)
-def _select(policy, gaps, resident, coord_bytes, budget, rng, cursor, chosen):
-    """The next block into ``chosen`` (Policy.select's rule); returns its size."""
+def _select(policy, gaps, resident, coord_bytes, budget, rng, cursor, chosen, order, keys):
+    """The next block into ``chosen`` (Policy.select's rule; ``order`` and ``keys``:
+    scratch); returns its size."""
     n = gaps.shape[0]
     if policy == 0:  # np.lexsort((~resident, -gaps)): largest gap first, resident first on ties
-        first = np.empty(n, dtype=np.int64)
         k = 0
         for pass_resident in (True, False):
             for i in range(n):
                 if resident[i] == pass_resident:
-                    first[k] = i
+                    order[k] = i
+                    keys[k] = -gaps[i]
                     k += 1
-        order = first[np.argsort(-gaps[first], kind="mergesort")]
+        order[:] = order[np.argsort(keys, kind="mergesort")]
     elif policy == 1:  # round robin from the cursor
-        order = (np.arange(n) + cursor) % n
-    else:
-        order = rng.permutation(np.arange(n))
+        for i in range(n):
+            order[i] = (i + cursor) % n
+    else:  # rng.permutation(n)
+        for i in range(n):
+            order[i] = i
+        rng.shuffle(order)
     used, k = 0, 0
     while k < n and used + coord_bytes[order[k]] <= budget:
         used += coord_bytes[order[k]]
         chosen[k] = order[k]
         k += 1
     return k
+
+
+@njit(nogil=True, cache=True)
+def _row(history, iterates, counters, a, primal, dual, gap, rnd, n_resident):
+    """A certified row for the state a: (time, updates, P_form, D_form, gap, round, bytes,
+    swaps, n_resident); a copy of a when the caller keeps iterates."""
+    row = int(counters[4])
+    history[row, 0] = _now()
+    history[row, 1] = counters[0]
+    history[row, 2] = primal
+    history[row, 3] = dual
+    history[row, 4] = gap
+    history[row, 5] = rnd
+    history[row, 6] = counters[3]
+    history[row, 7] = counters[2]
+    history[row, 8] = n_resident
+    if counters[5] < iterates.shape[0]:
+        iterates[int(counters[5])] = a
+    counters[4] += 1
+    counters[5] += 1
+
+
+@cpu.model_kernel(nogil=True, cache=True, error_model="numpy")
+def _certify(A, stale, a, z, off, mu, c, b, theta, tight, l1, carry_dual, gaps, s, counters, out_g, out_s):
+    """The stale gaps refreshed at the state (a, z, off); with the others (fresh) its
+    certificate (P_form, D_form, gap), dual_best updated in counters[7]."""
+    n_stale = stale.shape[0]
+    _gaps(A, stale, a, z, off, mu, c, theta, out_g[:n_stale], out_s[:n_stale])
+    for j in range(n_stale):
+        gaps[stale[j]] = out_g[j]
+        s[stale[j]] = out_s[j]
+    s_max = 0.0
+    for i in range(gaps.shape[0]):
+        s_max = max(s_max, abs(s[i]))
+    q, ub = residual_stats(z, c * off[0], b)
+    primal, dual, gap, dual_best = form_certificate(q, ub, c, cpu.sum_g(a, theta), _pairwise(gaps),
+                                                    s_max if tight else 0.0, l1, tight,
+                                                    counters[7] if carry_dual else -np.inf)
+    counters[7] = dual_best
+    return primal, dual, gap
 
 
 @cpu.model_kernel(nogil=True, cache=True, error_model="numpy")
@@ -232,23 +298,32 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
     seconds) or a full ``history``. Carried between calls: the block (B, row_coord,
     pos: each coordinate's row or -1), the gap memory (gaps, s), ``resident`` and
     ``counters`` (updates, rounds, swaps, bytes moved, rows of this slice, rows of
-    the run, sequential cursor, dual_best, whether every gap is fresh). Each history
-    row: (time, updates, P_form, D_form, gap, round, bytes, swaps, n_resident) for a
-    round's start state; ``iterates`` receives a copy of a at the first rows of the
-    run. Returns status: 1 converged, 2 max_updates, 3 deadline or full history."""
+    the run, sequential cursor, dual_best, 2: no gap known yet (the first call's row 0
+    comes from a full pass), 1: every gap fresh, 0: the last round's block's). Each
+    history row (see _row) is a round's start state; ``iterates`` receives a copy of a
+    at the first rows of the run. Returns status: 1 converged, 2 max_updates, 3
+    deadline or full history."""
     n = a.shape[0]
     chosen = np.empty(n, dtype=np.int64)
     keep = np.zeros(n, dtype=np.bool_)
     joined = np.empty(n, dtype=np.int64)
     visit = np.empty(n, dtype=np.int64)
     order = np.empty(n, dtype=np.int64)
+    keys = np.empty(n)
     stale = np.empty(n, dtype=np.int64)
     positions = np.empty(row_coord.shape[0], dtype=np.int64)
     block = np.empty(row_coord.shape[0], dtype=np.int64)
     out_g = np.empty(n)
     out_s = np.empty(n)
+    if counters[8] == 2.0:  # row 0: every gap at the start state
+        primal, dual, gap = _certify(A, np.arange(n), a, z, off, mu, c, b, theta, tight, l1, carry_dual, gaps, s,
+                                     counters, out_g, out_s)
+        _row(history, iterates, counters, a, primal, dual, gap, 0, 0)
+        counters[8] = 1.0
+        if gap <= tol_abs:
+            return 1
     while True:
-        k = _select(policy, gaps, resident, coord_bytes, budget, child, int(counters[6]), chosen)
+        k = _select(policy, gaps, resident, coord_bytes, budget, child, int(counters[6]), chosen, order, keys)
         if policy == 1:
             counters[6] = (counters[6] + k) % n
         # the swap: coordinates not in the block join it (their data copied in)
@@ -263,17 +338,15 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
                 counters[3] += coord_bytes[i]
         counters[2] += n_joined
         _swap_in(A, B, row_coord, pos, keep, joined, n_joined)
-        n_stale = 0
+        n_stale, n_gap = 0, 0
         for i in range(n):
             if not resident[i]:  # not in the last round's block: its gap is stale
                 stale[n_stale] = i
                 n_stale += 1
-        n_active = 0
-        n_gap = 0
-        for i in range(n):  # shrinking: the block's coordinates with a positive gap
             if keep[i] and gaps[i] > 0.0:
                 n_gap += 1
-        use_gap = shrinking and 0 < n_gap < k
+        use_gap = shrinking and 0 < n_gap < k  # a working set inside the block
+        n_active = 0
         for i in range(n):  # in coordinate order, as the resident set visits them
             if keep[i] and (not use_gap or gaps[i] > 0.0):
                 visit[n_active] = pos[i]
@@ -281,33 +354,9 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
         resident[:] = keep
         counters[1] += 1
         if counters[8] == 0.0:  # the stale gaps at the start state: with the block's, its certificate
-            _gaps(A, stale[:n_stale], a, z, off, mu, c, theta, out_g[:n_stale], out_s[:n_stale])
-            for j in range(n_stale):
-                gaps[stale[j]] = out_g[j]
-                s[stale[j]] = out_s[j]
-            s_max = 0.0
-            for i in range(n):
-                s_max = max(s_max, abs(s[i]))
-            q, ub = residual_stats(z, c * off[0], b)
-            primal, dual, gap, dual_best = form_certificate(
-                q, ub, c, cpu.sum_g(a, theta), _pairwise(gaps), s_max if tight else 0.0, l1, tight,
-                counters[7] if carry_dual else -np.inf)
-            counters[7] = dual_best
-            row = int(counters[4])
-            history[row, 0] = _now()
-            history[row, 1] = counters[0]
-            history[row, 2] = primal
-            history[row, 3] = dual
-            history[row, 4] = gap
-            history[row, 5] = counters[1] - 1
-            history[row, 6] = counters[3]
-            history[row, 7] = counters[2]
-            history[row, 8] = k
-            kept = int(counters[5])
-            if kept < iterates.shape[0]:
-                iterates[kept] = a
-            counters[4] += 1
-            counters[5] += 1
+            primal, dual, gap = _certify(A, stale[:n_stale], a, z, off, mu, c, b, theta, tight, l1, carry_dual,
+                                         gaps, s, counters, out_g, out_s)
+            _row(history, iterates, counters, a, primal, dual, gap, counters[1] - 1, k)
             if gap <= tol_abs:
                 return 1
         passes = local_epochs * min(max_passes, max(1, k // max(1, n_active)))
@@ -352,11 +401,9 @@ def solve_compiled_swaps(solver, problem, rset, a, z, off, rng, trace, t0, itera
     else:
         full, block, row_coord = (A,), (rset.data,), rset.row_coord
     pos = np.full(n, -1, dtype=np.int64)
-    rows = {"n": 0}
     counters = np.zeros(9)  # see run_swap_slice
     history = np.empty((HISTORY, 9))
     child = _child(rng)
-    policy = POLICIES[solver.selection]
 
     def record(rnd, time_s, updates, P_form, D_form, gap, bytes_h2d, swaps, n_resident):
         primal, dual = (-D_form, -P_form) if problem.dual_form else (P_form, D_form)
@@ -366,35 +413,33 @@ def solve_compiled_swaps(solver, problem, rset, a, z, off, rng, trace, t0, itera
                      bytes_prefetched=0)
 
     def certify_here(rnd, updates, swaps, n_resident):
-        """A row for the current state from a full gap pass (as the Python loop's first and last)."""
+        """A row for the last round's end state from a full gap pass (as the Python loop's last)."""
         gaps, s = problem.coordinate_gaps(a, z, off, with_s=True)
         if len(trace.rows) < iterates.shape[0]:
             iterates[len(trace.rows)] = a
         P, D, gap, counters[7] = _form(problem, a, z, off, float(gaps.sum()), float(np.abs(s).max(initial=0.0)),
                                        counters[7])
         record(rnd, time.perf_counter() - t0, updates, P, D, gap, counters[3], swaps, n_resident)
-        return gaps, s, gap
 
-    counters[7] = -np.inf
-    gaps, s, gap = certify_here(0, 0, 0, 0)
-    if gap <= tol_abs:
-        return "converged", 0, (0.0, counters[7])
+    gaps, s = np.empty(n), np.empty(n)
     resident = np.zeros(n, dtype=bool)
-    counters[8] = 1.0  # every gap fresh: round 1's start state is row 0's
+    counters[7] = -np.inf
+    counters[8] = 2.0  # no gap known: the first call starts with row 0
     counters[5] = len(trace.rows)
+    # one machine-code version for every user's value types (an int max_epochs or a float)
+    scalars = (int(rset.capacity_bytes), int(POLICIES[solver.selection]))
+    max_updates = float(solver.max_epochs * n)
+    loop_params = (int(solver.local_epochs), int(MAX_PASSES_PER_ROUND), bool(solver.shrinking))
+    tight, l1, carry, tol_abs = bool(tight), float(l1), bool(carry), float(tol_abs)
     status = None
     while status is None:
         deadline = time.perf_counter() + slice_s
         if solver.max_time is not None:
             deadline = min(deadline, t0 + solver.max_time)
         counters[4] = 0
-        with warnings.catch_warnings():  # the clock is read in object mode, with the GIL: intended
-            warnings.simplefilter("ignore", NumbaWarning)
-            code = run_swap_slice(full, block, row_coord, pos, coord_bytes, rset.capacity_bytes, policy, a, z, off,
-                                  problem.mu, problem.sqnorm, problem.c, problem.b, problem.theta, tight, l1, carry,
-                                  tol_abs, solver.max_epochs * n, deadline, solver.local_epochs,
-                                  MAX_PASSES_PER_ROUND, solver.shrinking, rng, child, gaps, s, resident, counters,
-                                  history, iterates)
+        code = run_swap_slice(full, block, row_coord, pos, coord_bytes, *scalars, a, z, off, problem.mu, problem.sqnorm,
+                              problem.c, problem.b, problem.theta, tight, l1, carry, tol_abs, max_updates, deadline,
+                              *loop_params, rng, child, gaps, s, resident, counters, history, iterates)
         for t, updates, P, D, gap, rnd, bytes_h2d, swaps, n_resident in history[: int(counters[4])]:
             record(rnd, t - t0, updates, P, D, gap, bytes_h2d, swaps, n_resident)
         if code == 1:

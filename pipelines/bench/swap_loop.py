@@ -1,0 +1,80 @@
+"""DuHL at memory_budget 0.25 on the CPU: the Python round loop against the compiled one.
+
+    python -m pipelines.bench.swap_loop            # the peers benchmark's quick problems
+    python -m pipelines.bench.swap_loop --repeats 5
+
+Side by side in one run, per problem of ``pipelines.bench.peers --quick``: time to
+rel_gap 1e-6 (the first certified row at or below it) with all data resident, and
+at memory_budget 0.25 with the Python loop (refresh "auto": what main runs; and
+refresh "all": the same iterates as the compiled loop) and the compiled loop
+(solvers.duhl.compiled_swaps, refresh "all" semantics), whether or not DuHL would
+route there by itself; the routed arm is what DuHL() picks. Medians of --repeats
+seeds, after a warm-up (Numba compilation) per arm, reported apart.
+"""
+
+import argparse
+import os
+import statistics
+import time
+
+from threadpoolctl import threadpool_limits
+
+import solvers.duhl.solver as duhl_solver
+from pipelines.bench.peers import problems, time_to
+from solvers.duhl.solver import DuHL
+
+TARGET = 1e-6
+ARMS = {  # name: (memory_budget, refresh, which loop: None lets DuHL route)
+    "all resident": (None, "auto", None),
+    "python auto": (0.25, "auto", False),
+    "python all": (0.25, "all", False),
+    "compiled": (0.25, "all", True),
+    "routed": (0.25, "auto", None),
+}
+
+
+def run(problem, arm, seed, max_epochs=100000, max_time=30.0):
+    budget, refresh, compiled = ARMS[arm]
+    routes = duhl_solver.routes
+    if compiled is not None:
+        duhl_solver.routes = lambda *args: compiled
+    try:
+        return DuHL(memory_budget=budget, refresh=refresh, tol=TARGET, max_epochs=max_epochs,
+                    max_time=max_time, random_state=seed).solve(problem)
+    finally:
+        duhl_solver.routes = routes
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--only", default=None, help="problems whose label contains this")
+    args = parser.parse_args()
+    print(f"load average {os.getloadavg()}, repeats {args.repeats}")
+    print("| problem | arm | t_1e6 ms (median) | rounds | epochs | x all resident | warm-up s |")
+    print("|---|---|---|---|---|---|---|")
+    with threadpool_limits(1):
+        for label, build in problems(quick=True):
+            if args.only and args.only not in label:
+                continue
+            try:
+                problem, _ = build()
+            except FileNotFoundError as err:
+                print(f"| {label} | skipped: {err} |")
+                continue
+            base = None
+            for arm in ARMS:
+                t0 = time.perf_counter()
+                run(problem, arm, 0, max_epochs=2)
+                warm = time.perf_counter() - t0
+                results = [run(problem, arm, seed) for seed in range(args.repeats)]
+                t = statistics.median(time_to(r.trace[r.trace.certified == 1], TARGET) for r in results)
+                base = t if base is None else base
+                print(f"| {label} | {arm} | {t * 1e3:.2f} | {statistics.median(r.n_rounds for r in results):.0f} "
+                      f"| {statistics.median(r.epochs for r in results):.1f} | {t / base:.2f} | {warm:.2f} |",
+                      flush=True)
+    print(f"load average {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main()
