@@ -24,7 +24,7 @@ from pipelines.bench.peers import problems, time_to
 from solvers.duhl.solver import DuHL
 
 TARGET = 1e-6
-ARMS = {  # name: (memory_budget, refresh, which loop: None lets DuHL route)
+ARMS = {  # name: (memory_budget (None, or --budget), refresh, which loop: None lets DuHL route)
     "all resident": (None, "auto", None),
     "python auto": (0.25, "auto", False),
     "python all": (0.25, "all", False),
@@ -33,8 +33,9 @@ ARMS = {  # name: (memory_budget, refresh, which loop: None lets DuHL route)
 }
 
 
-def run(problem, arm, seed, max_epochs=100000, max_time=30.0):
+def run(problem, arm, seed, max_epochs=100000, max_time=30.0, share=0.25):
     budget, refresh, compiled = ARMS[arm]
+    budget = budget and share
     routes = duhl_solver.routes
     if compiled is not None:
         duhl_solver.routes = lambda *args: compiled
@@ -49,8 +50,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--only", default=None, help="problems whose label contains this")
+    parser.add_argument("--budget", type=float, default=0.25, help="memory_budget of the arms with part resident")
     args = parser.parse_args()
-    print(f"load average {os.getloadavg()}, repeats {args.repeats}")
+    print(f"load average {os.getloadavg()}, repeats {args.repeats}, memory_budget {args.budget}")
     print("| problem | arm | t_1e6 ms (median) | rounds | epochs | x all resident | warm-up s |")
     print("|---|---|---|---|---|---|---|")
     with threadpool_limits(1):
@@ -65,9 +67,9 @@ def main():
             base = None
             for arm in ARMS:
                 t0 = time.perf_counter()
-                run(problem, arm, 0, max_epochs=2)
+                run(problem, arm, 0, max_epochs=2, share=args.budget)
                 warm = time.perf_counter() - t0
-                results = [run(problem, arm, seed) for seed in range(args.repeats)]
+                results = [run(problem, arm, seed, share=args.budget) for seed in range(args.repeats)]
                 t = statistics.median(time_to(r.trace[r.trace.certified == 1], TARGET) for r in results)
                 base = t if base is None else base
                 print(f"| {label} | {arm} | {t * 1e3:.2f} | {statistics.median(r.n_rounds for r in results):.0f} "

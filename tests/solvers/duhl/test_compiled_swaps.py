@@ -136,19 +136,22 @@ def test_every_certified_gap_is_valid(case_factory, model, sparse, selection, mo
 
 def test_routes(case_factory, monkeypatch):
     """The compiled loop runs for the data in RAM on the CPU, without staging memory, with the
-    gap, sequential or random policy, and refresh "all" (or "auto" on small data); the
-    Python loop everywhere else."""
+    gap, sequential or random policy, and refresh "all", or "auto" while refreshing every
+    stale gap reads at most EXTRA_GAP_BYTES more a round than "auto" would; the Python
+    loop everywhere else."""
     problem = _problem(case_factory("lasso", True, np.float64))
-    rset = type("R", (), {"staging_bytes": 0})()
+    total = int(problem.coord_bytes.sum())
 
-    def routed(**kw):
-        return compiled.routes(DuHL(memory_budget=0.3, **kw), problem, rset)
+    def routed(share=0.25, staging=0, **kw):
+        rset = type("R", (), {"staging_bytes": staging, "capacity_bytes": int(share * total)})()
+        return compiled.routes(DuHL(memory_budget=share, **kw), problem, rset)
 
     assert routed() and routed(refresh="all") and routed(selection="sequential") and routed(selection="random")
     assert not routed(selection="importance") and not routed(refresh=1.0) and not routed(refresh=0)
-    assert not compiled.routes(DuHL(memory_budget=0.3), problem, type("R", (), {"staging_bytes": 8})())
-    monkeypatch.setattr(compiled, "SMALL_DATA_BYTES", int(problem.coord_bytes.sum()) - 1)
-    assert not routed() and routed(refresh="all")
+    assert not routed(staging=8)
+    monkeypatch.setattr(compiled, "EXTRA_GAP_BYTES", 0)
+    # at 0.25 with one local epoch "auto" refreshes half the data, "all" three quarters
+    assert not routed() and routed(refresh="all") and routed(share=0.34) and routed(local_epochs=2)
 
 
 def test_pairwise_sum_is_numpys():
