@@ -9,7 +9,10 @@ at memory_budget 0.25 with the Python loop (refresh "auto": what main runs; and
 refresh "all": the same iterates as the compiled loop) and the compiled loop
 (solvers.duhl.compiled_swaps, refresh "all" semantics), whether or not DuHL would
 route there by itself; the routed arm is what DuHL() picks. Medians of --repeats
-seeds, after a warm-up (Numba compilation) per arm, reported apart.
+seeds, the arms interleaved, after a warm-up (Numba compilation) per arm, reported
+apart; with each time to 1e-6 (wall clock, from the trace) the CPU time of the whole
+solve (the process's: less sensitive to a loaded machine, includes the trace's
+post-processing).
 """
 
 import argparse
@@ -53,8 +56,9 @@ def main():
     parser.add_argument("--budget", type=float, default=0.25, help="memory_budget of the arms with part resident")
     args = parser.parse_args()
     print(f"load average {os.getloadavg()}, repeats {args.repeats}, memory_budget {args.budget}")
-    print("| problem | arm | t_1e6 ms (median) | rounds | epochs | x all resident | warm-up s |")
-    print("|---|---|---|---|---|---|---|")
+    print("| problem | arm | t_1e6 ms | x all resident | CPU ms, whole solve | x all resident | rounds | epochs "
+          "| warm-up s |")
+    print("|---|---|---|---|---|---|---|---|---|")
     with threadpool_limits(1):
         for label, build in problems(quick=True):
             if args.only and args.only not in label:
@@ -64,17 +68,26 @@ def main():
             except FileNotFoundError as err:
                 print(f"| {label} | skipped: {err} |")
                 continue
-            base = None
+            warm = {}
             for arm in ARMS:
                 t0 = time.perf_counter()
                 run(problem, arm, 0, max_epochs=2, share=args.budget)
-                warm = time.perf_counter() - t0
-                results = [run(problem, arm, seed, share=args.budget) for seed in range(args.repeats)]
-                t = statistics.median(time_to(r.trace[r.trace.certified == 1], TARGET) for r in results)
-                base = t if base is None else base
-                print(f"| {label} | {arm} | {t * 1e3:.2f} | {statistics.median(r.n_rounds for r in results):.0f} "
-                      f"| {statistics.median(r.epochs for r in results):.1f} | {t / base:.2f} | {warm:.2f} |",
-                      flush=True)
+                warm[arm] = time.perf_counter() - t0
+            runs = {arm: [] for arm in ARMS}
+            for seed in range(args.repeats):  # arms interleaved: a change of load hits them all
+                for arm in ARMS:
+                    c0 = time.process_time()
+                    res = run(problem, arm, seed, share=args.budget)
+                    runs[arm].append((res, time.process_time() - c0))
+            base = None
+            for arm, done in runs.items():
+                t = statistics.median(time_to(r.trace[r.trace.certified == 1], TARGET) for r, _ in done)
+                cpu = statistics.median(c for _, c in done)
+                base = (t, cpu) if base is None else base
+                rounds = statistics.median(r.n_rounds for r, _ in done)
+                epochs = statistics.median(r.epochs for r, _ in done)
+                print(f"| {label} | {arm} | {t * 1e3:.2f} | {t / base[0]:.2f} | {cpu * 1e3:.1f} | {cpu / base[1]:.2f} "
+                      f"| {rounds:.0f} | {epochs:.1f} | {warm[arm]:.2f} |", flush=True)
     print(f"load average {os.getloadavg()}")
 
 
