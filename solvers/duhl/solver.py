@@ -17,7 +17,9 @@ holds the data of a budget of coordinates. Each round (:mod:`solvers.duhl.swaps`
 
 Every gap reported as certified is exact, never read from the stale memory;
 a state is returned as converged only on an exact gap. With all data resident
-on the CPU the whole loop is compiled (:mod:`solvers.duhl.inmemory`).
+on the CPU the whole loop is compiled (:mod:`solvers.duhl.inmemory`); with part of
+it, on the CPU and in RAM, too where refresh "all" applies
+(:mod:`solvers.duhl.compiled_swaps`).
 """
 
 import time
@@ -77,7 +79,9 @@ class DuHL:
         touches in it ("auto": as long as the device computes: 1 with the data
         in RAM, the disk's rate over the gap kernel's rate, measured on the first
         pass, with the data on disk; 0: only certifying passes); "all": every
-        round refreshes every stale gap and certifies its start state.
+        round refreshes every stale gap and certifies its start state. With the
+        data in RAM on the CPU, "all" (and "auto" when "all" reads little more:
+        solvers.duhl.compiled_swaps.routes) runs a compiled round loop.
     host_budget : None, float in (0, 1] or str
         Data on disk (a problem from solvers.glm.problems.make_problem_on_disk):
         the RAM the data may use, as a share of its bytes or a size such as
