@@ -17,7 +17,9 @@ holds the data of a budget of coordinates. Each round (:mod:`solvers.duhl.swaps`
 
 Every gap reported as certified is exact, never read from the stale memory;
 a state is returned as converged only on an exact gap. With all data resident
-on the CPU the whole loop is compiled (:mod:`solvers.duhl.inmemory`).
+on the CPU the whole loop is compiled (:mod:`solvers.duhl.inmemory`); with part of
+it, on the CPU and in RAM, too where refresh "all" applies
+(:mod:`solvers.duhl.compiled_swaps`).
 """
 
 import time
@@ -25,6 +27,7 @@ import time
 import numpy as np
 
 from solvers.duhl.budget import parse_budget, split_budget
+from solvers.duhl.compiled_swaps import routes, solve_compiled_swaps
 from solvers.duhl.inmemory import solve_in_memory
 from solvers.duhl.on_disk import DEFAULT_BUFFER_BYTES, available_ram
 from solvers.duhl.resident import make_resident_set
@@ -77,7 +80,9 @@ class DuHL:
         touches in it ("auto": as long as the device computes: 1 with the data
         in RAM, the disk's rate over the gap kernel's rate, measured on the first
         pass, with the data on disk; 0: only certifying passes); "all": every
-        round refreshes every stale gap and certifies its start state.
+        round refreshes every stale gap and certifies its start state. With the
+        data in RAM on the CPU, "all" (and "auto" when "all" reads little more:
+        solvers.duhl.compiled_swaps.routes) runs a compiled round loop.
     host_budget : None, float in (0, 1] or str
         Data on disk (a problem from solvers.glm.problems.make_problem_on_disk):
         the RAM the data may use, as a share of its bytes or a size such as
@@ -247,8 +252,8 @@ class DuHL:
         else:
             rset = make_resident_set(problem, budget, self.device, prefetch=self._prefetch_share(problem),
                                       gap_kernel=self.gap_kernel, concurrency=self.concurrency)
-            status, rounds, counters = solve_with_swaps(self, problem, rset, a, z, off, rng, trace, t0,
-                                                        self._iterates)
+            loop = solve_compiled_swaps if routes(self, problem, rset) else solve_with_swaps
+            status, rounds, counters = loop(self, problem, rset, a, z, off, rng, trace, t0, self._iterates)
             bytes_h2d, hits, prefetched = rset.bytes_h2d, rset.prefetch_hits, rset.bytes_prefetched
         updates, dual_best = counters
         last = trace.rows[-1]

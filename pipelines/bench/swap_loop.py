@@ -1,0 +1,95 @@
+"""DuHL at memory_budget 0.25 on the CPU: the Python round loop against the compiled one.
+
+    python -m pipelines.bench.swap_loop            # the peers benchmark's quick problems
+    python -m pipelines.bench.swap_loop --repeats 5
+
+Side by side in one run, per problem of ``pipelines.bench.peers --quick``: time to
+rel_gap 1e-6 (the first certified row at or below it) with all data resident, and
+at memory_budget 0.25 with the Python loop (refresh "auto": what main runs; and
+refresh "all": the same iterates as the compiled loop) and the compiled loop
+(solvers.duhl.compiled_swaps, refresh "all" semantics), whether or not DuHL would
+route there by itself; the routed arm is what DuHL() picks. Medians of --repeats
+seeds, the arms interleaved, after a warm-up (Numba compilation) per arm, reported
+apart; with each time to 1e-6 (wall clock, from the trace) the CPU time of the whole
+solve (the process's: less sensitive to a loaded machine, includes the trace's
+post-processing).
+"""
+
+import argparse
+import os
+import statistics
+import time
+
+from threadpoolctl import threadpool_limits
+
+import solvers.duhl.solver as duhl_solver
+from pipelines.bench.peers import problems, time_to
+from solvers.duhl.solver import DuHL
+
+TARGET = 1e-6
+ARMS = {  # name: (memory_budget (None, or --budget), refresh, which loop: None lets DuHL route)
+    "all resident": (None, "auto", None),
+    "python auto": (0.25, "auto", False),
+    "python all": (0.25, "all", False),
+    "compiled": (0.25, "all", True),
+    "routed": (0.25, "auto", None),
+}
+
+
+def run(problem, arm, seed, max_epochs=100000, max_time=30.0, share=0.25):
+    budget, refresh, compiled = ARMS[arm]
+    budget = budget and share
+    routes = duhl_solver.routes
+    if compiled is not None:
+        duhl_solver.routes = lambda *args: compiled
+    try:
+        return DuHL(memory_budget=budget, refresh=refresh, tol=TARGET, max_epochs=max_epochs,
+                    max_time=max_time, random_state=seed).solve(problem)
+    finally:
+        duhl_solver.routes = routes
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--only", default=None, help="problems whose label contains this")
+    parser.add_argument("--budget", type=float, default=0.25, help="memory_budget of the arms with part resident")
+    args = parser.parse_args()
+    print(f"load average {os.getloadavg()}, repeats {args.repeats}, memory_budget {args.budget}")
+    print("| problem | arm | t_1e6 ms | x all resident | CPU ms, whole solve | x all resident | rounds | epochs "
+          "| warm-up s |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    with threadpool_limits(1):
+        for label, build in problems(quick=True):
+            if args.only and args.only not in label:
+                continue
+            try:
+                problem, _ = build()
+            except FileNotFoundError as err:
+                print(f"| {label} | skipped: {err} |")
+                continue
+            warm = {}
+            for arm in ARMS:
+                t0 = time.perf_counter()
+                run(problem, arm, 0, max_epochs=2, share=args.budget)
+                warm[arm] = time.perf_counter() - t0
+            runs = {arm: [] for arm in ARMS}
+            for seed in range(args.repeats):  # arms interleaved: a change of load hits them all
+                for arm in ARMS:
+                    c0 = time.process_time()
+                    res = run(problem, arm, seed, share=args.budget)
+                    runs[arm].append((res, time.process_time() - c0))
+            base = None
+            for arm, done in runs.items():
+                t = statistics.median(time_to(r.trace[r.trace.certified == 1], TARGET) for r, _ in done)
+                cpu = statistics.median(c for _, c in done)
+                base = (t, cpu) if base is None else base
+                rounds = statistics.median(r.n_rounds for r, _ in done)
+                epochs = statistics.median(r.epochs for r, _ in done)
+                print(f"| {label} | {arm} | {t * 1e3:.2f} | {t / base[0]:.2f} | {cpu * 1e3:.1f} | {cpu / base[1]:.2f} "
+                      f"| {rounds:.0f} | {epochs:.1f} | {warm[arm]:.2f} |", flush=True)
+    print(f"load average {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main()

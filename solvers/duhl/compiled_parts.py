@@ -1,0 +1,223 @@
+"""The compiled swap loop's pieces (solvers.duhl.compiled_swaps): the clock, NumPy's
+pairwise sum, the block's buffers (a swap, the block's gaps) and the block selection.
+
+The block is the resident set's own buffer: dense rows (``row_coord[r]``: the
+coordinate row r holds, -1 none) or a CSR buffer of entries, with ``pos[i]``
+the row of coordinate i (-1: not in the block).
+"""
+
+import numpy as np
+from llvmlite import ir
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic, overload
+
+from solvers.duhl.inmemory import _csr
+from solvers.kernels import cpu
+
+
+@intrinsic
+def _monotonic_ns(typingctx):
+    """clock_gettime(CLOCK_MONOTONIC) in ns, perf_counter's clock on Linux, called by name
+    (no GIL, ~50 ns: a row per round; an object-mode perf_counter costs ~1 us)."""
+    def codegen(context, builder, signature, args):
+        i32, i64 = ir.IntType(32), ir.IntType(64)
+        spec = ir.LiteralStructType([i64, i64])
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(i32, [i32, spec.as_pointer()]),
+                                            "clock_gettime")
+        ts = cgutils.alloca_once(builder, spec)
+        builder.call(fn, [ir.Constant(i32, 1), ts])
+        sec = builder.load(cgutils.gep_inbounds(builder, ts, 0, 0))
+        nsec = builder.load(cgutils.gep_inbounds(builder, ts, 0, 1))
+        return builder.add(builder.mul(sec, ir.Constant(i64, 10**9)), nsec)
+    return types.int64(), codegen
+
+
+@njit(nogil=True, cache=True)
+def _now():
+    return _monotonic_ns() * 1e-9
+
+
+@njit(nogil=True, cache=True)
+def _block_sum(x, lo, n):
+    """NumPy's sum of a leaf of its pairwise tree (n <= 128): eight accumulators."""
+    if n < 8:
+        res = 0.0
+        for i in range(lo, lo + n):
+            res += x[i]
+        return res
+    r = x[lo:lo + 8].copy()
+    i = 8
+    while i < n - n % 8:
+        for j in range(8):
+            r[j] += x[lo + i + j]
+        i += 8
+    res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]))
+    while i < n:
+        res += x[lo + i]
+        i += 1
+    return res
+
+
+@njit(nogil=True, cache=True)
+def _pairwise(x):
+    """np.sum(x) bit for bit: NumPy's pairwise tree (halves cut at multiples of 8, leaves of
+    at most 128), walked with a stack (a recursive function breaks Numba's cache: numba#6061)."""
+    if x.shape[0] <= 128:
+        return _block_sum(x, 0, x.shape[0])
+    los = np.empty(64, dtype=np.int64)
+    ns = np.empty(64, dtype=np.int64)
+    stage = np.zeros(64, dtype=np.int64)
+    vals = np.empty(64)
+    los[0], ns[0], top, n_vals = 0, x.shape[0], 0, 0
+    while top >= 0:
+        lo, n = los[top], ns[top]
+        if n <= 128:
+            vals[n_vals] = _block_sum(x, lo, n)
+            n_vals += 1
+            top -= 1
+        elif stage[top] == 2:  # both halves summed
+            n_vals -= 1
+            vals[n_vals - 1] += vals[n_vals]
+            top -= 1
+        else:  # the first, then the second half
+            half = n // 2 - (n // 2) % 8
+            stage[top] += 1
+            los[top + 1] = lo if stage[top] == 1 else lo + half
+            ns[top + 1] = half if stage[top] == 1 else n - half
+            stage[top + 1] = 0
+            top += 1
+    return vals[0]
+
+
+def _block_gaps(B, positions, coords, a, z, off, mu, c, theta, out, s):
+    """Gaps and s of ``coords`` whose data are rows ``positions`` of the block B."""
+
+
+def _swap_in(A, B, row_coord, pos, keep, joined, n_joined):
+    """Make the block hold the coordinates with ``keep`` set: rows of the others leave,
+    ``joined[:n_joined]`` are copied in from A. Returns the block's rows in use."""
+
+
+@overload(_block_gaps)
+def _block_gaps_for(B, positions, coords, a, z, off, mu, c, theta, out, s):
+    if _csr(B):
+        return lambda B, positions, coords, a, z, off, mu, c, theta, out, s: cpu.gaps_sparse(
+            B[0], B[1], B[2], positions, coords, a, z, off, mu, c, theta, out, s)
+    return lambda B, positions, coords, a, z, off, mu, c, theta, out, s: cpu.gaps_dense(
+        B[0], positions, coords, a, z, off, mu, c, theta, out, s)
+
+
+@overload(_swap_in)
+def _swap_in_for(A, B, row_coord, pos, keep, joined, n_joined):
+    if _csr(B):
+        def csr(A, B, row_coord, pos, keep, joined, n_joined):
+            # the kept rows move to the front in their order (a row never moves right, so in
+            # place), then the joined ones are appended: what SparseResidentSet.assign builds
+            bptr, bind, bdat = B
+            rows, fill, start = 0, 0, 0
+            for r in range(row_coord.shape[0]):
+                i = row_coord[r]
+                if i < 0:
+                    break
+                lo, hi = start, bptr[r + 1]  # read before row r + 1's start is rewritten
+                start = hi
+                if not keep[i]:
+                    pos[i] = -1
+                    continue
+                for e in range(lo, hi):  # fill <= lo: copying forward never overwrites a source
+                    bind[fill + e - lo] = bind[e]
+                    bdat[fill + e - lo] = bdat[e]
+                fill += hi - lo
+                row_coord[rows] = i
+                pos[i] = rows
+                rows += 1
+                bptr[rows] = fill
+            for k in range(n_joined):
+                i = joined[k]
+                lo, hi = A[0][i], A[0][i + 1]
+                bind[fill:fill + hi - lo] = A[1][lo:hi]
+                bdat[fill:fill + hi - lo] = A[2][lo:hi]
+                fill += hi - lo
+                row_coord[rows] = i
+                pos[i] = rows
+                rows += 1
+                bptr[rows] = fill
+            row_coord[rows:] = -1
+            return rows
+        return csr
+
+    def dense(A, B, row_coord, pos, keep, joined, n_joined):
+        # a joined coordinate takes a row that holds none kept (empty rows first, as
+        # DenseResidentSet.assign does; where it sits changes no iterate)
+        rows = B[0]
+        k = 0
+        for empty in (True, False):
+            for r in range(row_coord.shape[0]):
+                if k == n_joined:
+                    break
+                i = row_coord[r]
+                if (i < 0) != empty or (i >= 0 and keep[i]):
+                    continue
+                if i >= 0:
+                    pos[i] = -1
+                rows[r] = A[0][joined[k]]
+                row_coord[r] = joined[k]
+                pos[joined[k]] = r
+                k += 1
+        for r in range(row_coord.shape[0]):
+            i = row_coord[r]
+            if i >= 0 and not keep[i]:  # left the block, no one took its row
+                pos[i] = -1
+                row_coord[r] = -1
+        return row_coord.shape[0]
+    return dense
+
+
+@njit(nogil=True, cache=True)
+def _select(policy, gaps, resident, coord_bytes, budget, rng, cursor, chosen, order, keys):
+    """The next block into ``chosen`` (Policy.select's rule; ``order`` and ``keys``:
+    scratch); returns its size."""
+    n = gaps.shape[0]
+    if policy == 0:  # np.lexsort((~resident, -gaps)): largest gap first, resident first on ties
+        k = 0
+        for pass_resident in (True, False):
+            for i in range(n):
+                if resident[i] == pass_resident:
+                    order[k] = i
+                    keys[k] = -gaps[i]
+                    k += 1
+        order[:] = order[np.argsort(keys, kind="mergesort")]
+    elif policy == 1:  # round robin from the cursor
+        for i in range(n):
+            order[i] = (i + cursor) % n
+    else:  # rng.permutation(n)
+        for i in range(n):
+            order[i] = i
+        rng.shuffle(order)
+    used, k = 0, 0
+    while k < n and used + coord_bytes[order[k]] <= budget:
+        used += coord_bytes[order[k]]
+        chosen[k] = order[k]
+        k += 1
+    return k
+
+
+@njit(nogil=True, cache=True)
+def _row(history, iterates, counters, a, primal, dual, gap, rnd, n_resident):
+    """A certified row for the state a: (time, updates, P_form, D_form, gap, round, bytes,
+    swaps, n_resident); a copy of a when the caller keeps iterates."""
+    row = int(counters[4])
+    history[row, 0] = _now()
+    history[row, 1] = counters[0]
+    history[row, 2] = primal
+    history[row, 3] = dual
+    history[row, 4] = gap
+    history[row, 5] = rnd
+    history[row, 6] = counters[3]
+    history[row, 7] = counters[2]
+    history[row, 8] = n_resident
+    if counters[5] < iterates.shape[0]:
+        iterates[int(counters[5])] = a
+    counters[4] += 1
+    counters[5] += 1

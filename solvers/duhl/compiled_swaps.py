@@ -1,0 +1,281 @@
+"""DuHL with part of the data resident on the CPU, the round loop compiled.
+
+The Python loop (:mod:`solvers.duhl.swaps`) spends ~1 ms of interpreter time per
+round (selection, swap bookkeeping, a thread hand-off, a trace row): on a small
+problem that is most of the round (diabetes at memory_budget 0.25: 250x the
+all-resident time). Here one compiled call runs many rounds of the same
+algorithm, with ``refresh="all"`` semantics (every gap exact each round):
+
+1. the block is chosen from the gap memory by the policy's rule (gap: largest
+   gap first, resident first on ties, filling the byte budget; sequential; random);
+2. a swap copies the coordinates that joined the block into the block's buffer
+   (dense rows, or a CSR buffer compacted in place), counted as the resident set
+   counts them (bytes of the joined coordinates, how many joined);
+3. the stale gaps are refreshed at the round's start state, which with the block's
+   gaps of the last round gives that state's exact gap: a certified row;
+4. ``passes`` epochs over the block (its coordinates with a positive gap when
+   shrinking), in the orders ``rng.permutation`` draws (the same stream as the
+   Python loop's), then the block's gaps at the new state.
+
+With the same selection it gives the Python loop's iterates, bytes, swaps and
+trace rows (with refresh="all"), bit for bit: the same kernels in the same order,
+and the gap sum as NumPy sums (pairwise). One difference: when a row certifies
+the round's start state, this loop returns at once, where the Python loop has run
+the round's epochs meanwhile and discards them (``epochs`` counts them there).
+
+:func:`routes` says when the DuHL solver uses this loop (see its docstring).
+"""
+
+import hashlib
+import time
+from pathlib import Path
+
+import numpy as np
+
+from solvers.duhl.compiled_parts import _block_gaps, _now, _pairwise, _row, _select, _swap_in
+from solvers.duhl.inmemory import _epoch, _gaps
+from solvers.duhl.swaps import MAX_PASSES_PER_ROUND, _child
+from solvers.glm.certificates import form_certificate, residual_stats, tight_lasso
+from solvers.kernels import cpu
+
+# refresh="auto" in RAM runs here (as "all") when refreshing every stale gap reads at most
+# this many bytes per round beyond what "auto" refreshes: ~1-2 ms of the gap kernel, about
+# the Python loop's own cost per round (see routes)
+EXTRA_GAP_BYTES = 4 << 20
+POLICIES = {"gap": 0, "sequential": 1, "random": 2}
+# Numba's cache keys a function on its own file only (numba#1833): the loop's cache files
+# are named after the code it compiles in from other files, so an edit there recompiles
+_SOURCES = ("duhl/compiled_parts.py", "duhl/inmemory.py", "kernels/cpu.py", "glm/certificates.py")
+_DIGEST = hashlib.sha1(b"".join((Path(__file__).parents[1] / f).read_bytes() for f in _SOURCES)).hexdigest()[:12]
+
+
+def _loop_kernel(fn):
+    fn.__name__ = f"{fn.__name__}__{_DIGEST}"
+    return cpu.model_kernel(nogil=True, cache=True, error_model="numpy")(fn)
+# rows a slice can record before it returns: a row per round, and a return costs the
+# rows' Python (a few us each), so enough for a slice's rounds on small problems
+HISTORY = 4096
+
+
+def routes(solver, problem, rset):
+    """Whether DuHL runs this loop: the data in RAM on device "cpu", no staging memory
+    (prefetch 0: nothing to overlap on a CPU), a gap, sequential or random selection, and
+    refresh "all", or "auto" when "all" costs little more. "auto" refreshes as many bytes
+    as the device touches, (local_epochs + 1) times the block's; "all" refreshes every
+    stale gap, the data outside the block. When the difference is at most EXTRA_GAP_BYTES
+    a round, "all" costs less than the ~1 ms of Python a round the compiled loop saves
+    (measured: w8a[20000] Lasso, 2.8 MB, at memory_budget 0.05, 2.4 MB more a round:
+    compiled 1.25 s to 1e-6, Python 2.2 s), and its selection sees fresher gaps. A
+    numeric refresh (a chosen share) keeps the Python loop."""
+    if solver.device != "cpu" or problem.on_disk or rset.staging_bytes or solver.selection not in POLICIES:
+        return False
+    if solver.refresh == "all":
+        return True
+    total = int(problem.coord_bytes.sum())
+    block = int(rset.capacity_bytes)
+    extra = (total - block) - (solver.local_epochs + 1) * block
+    return solver.refresh == "auto" and extra <= EXTRA_GAP_BYTES
+
+
+@_loop_kernel
+def _certify(A, stale, a, z, off, mu, c, b, theta, tight, l1, carry_dual, gaps, s, counters, out_g, out_s):
+    """The stale gaps refreshed at the state (a, z, off); with the others (fresh) its
+    certificate (P_form, D_form, gap), dual_best updated in counters[7]."""
+    n_stale = stale.shape[0]
+    _gaps(A, stale, a, z, off, mu, c, theta, out_g[:n_stale], out_s[:n_stale])
+    for j in range(n_stale):
+        gaps[stale[j]] = out_g[j]
+        s[stale[j]] = out_s[j]
+    s_max = 0.0
+    for i in range(gaps.shape[0]):
+        s_max = max(s_max, abs(s[i]))
+    q, ub = residual_stats(z, c * off[0], b)
+    primal, dual, gap, dual_best = form_certificate(q, ub, c, cpu.sum_g(a, theta), _pairwise(gaps),
+                                                    s_max if tight else 0.0, l1, tight,
+                                                    counters[7] if carry_dual else -np.inf)
+    counters[7] = dual_best
+    return primal, dual, gap
+
+
+@_loop_kernel
+def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off, mu, sqnorm, c, b, theta,
+                   tight, l1, carry_dual, tol_abs, max_updates, deadline, local_epochs, max_passes, shrinking,
+                   rng, child, gaps, s, resident, counters, history, iterates):
+    """Rounds until a certified tolerance, ``max_updates``, ``deadline`` (perf_counter
+    seconds) or a full ``history``. Carried between calls: the block (B, row_coord,
+    pos: each coordinate's row or -1), the gap memory (gaps, s), ``resident`` and
+    ``counters`` (updates, rounds, swaps, bytes moved, rows of this slice, rows of
+    the run, sequential cursor, dual_best, 2: no gap known yet (the first call's row 0
+    comes from a full pass), 1: every gap fresh, 0: the last round's block's). Each
+    history row (see _row) is a round's start state; ``iterates`` receives a copy of a
+    at the first rows of the run. Returns status: 1 converged, 2 max_updates, 3
+    deadline or full history."""
+    n = a.shape[0]
+    chosen = np.empty(n, dtype=np.int64)
+    keep = np.zeros(n, dtype=np.bool_)
+    joined = np.empty(n, dtype=np.int64)
+    visit = np.empty(n, dtype=np.int64)
+    order = np.empty(n, dtype=np.int64)
+    keys = np.empty(n)
+    stale = np.empty(n, dtype=np.int64)
+    positions = np.empty(row_coord.shape[0], dtype=np.int64)
+    block = np.empty(row_coord.shape[0], dtype=np.int64)
+    out_g = np.empty(n)
+    out_s = np.empty(n)
+    if counters[8] == 2.0:  # row 0: every gap at the start state
+        primal, dual, gap = _certify(A, np.arange(n), a, z, off, mu, c, b, theta, tight, l1, carry_dual, gaps, s,
+                                     counters, out_g, out_s)
+        _row(history, iterates, counters, a, primal, dual, gap, 0, 0)
+        counters[8] = 1.0
+        if gap <= tol_abs:
+            return 1
+    while True:
+        k = _select(policy, gaps, resident, coord_bytes, budget, child, int(counters[6]), chosen, order, keys)
+        if policy == 1:
+            counters[6] = (counters[6] + k) % n
+        # the swap: coordinates not in the block join it (their data copied in)
+        keep[:] = False
+        n_joined = 0
+        for j in range(k):
+            i = chosen[j]
+            keep[i] = True
+            if not resident[i]:
+                joined[n_joined] = i
+                n_joined += 1
+                counters[3] += coord_bytes[i]
+        counters[2] += n_joined
+        _swap_in(A, B, row_coord, pos, keep, joined, n_joined)
+        n_stale, n_gap = 0, 0
+        for i in range(n):
+            if not resident[i]:  # not in the last round's block: its gap is stale
+                stale[n_stale] = i
+                n_stale += 1
+            if keep[i] and gaps[i] > 0.0:
+                n_gap += 1
+        use_gap = shrinking and 0 < n_gap < k  # a working set inside the block
+        n_active = 0
+        for i in range(n):  # in coordinate order, as the resident set visits them
+            if keep[i] and (not use_gap or gaps[i] > 0.0):
+                visit[n_active] = pos[i]
+                n_active += 1
+        resident[:] = keep
+        counters[1] += 1
+        if counters[8] == 0.0:  # the stale gaps at the start state: with the block's, its certificate
+            primal, dual, gap = _certify(A, stale[:n_stale], a, z, off, mu, c, b, theta, tight, l1, carry_dual,
+                                         gaps, s, counters, out_g, out_s)
+            _row(history, iterates, counters, a, primal, dual, gap, counters[1] - 1, k)
+            if gap <= tol_abs:
+                return 1
+        passes = local_epochs * min(max_passes, max(1, k // max(1, n_active)))
+        for _ in range(passes):  # rng.permutation(visit) as the Python loop draws it: a copy, shuffled
+            order[:n_active] = visit[:n_active]
+            rng.shuffle(order[:n_active])
+            counters[0] += _epoch(B, row_coord, order[:n_active], a, z, off, mu, sqnorm, c, theta)
+        # the block's gaps at the new state (the others are stale now)
+        m = 0
+        for i in range(n):
+            if keep[i]:
+                positions[m] = pos[i]
+                block[m] = i
+                m += 1
+        _block_gaps(B, positions[:m], block[:m], a, z, off, mu, c, theta, out_g[:m], out_s[:m])
+        for j in range(m):
+            gaps[block[j]] = out_g[j]
+            s[block[j]] = out_s[j]
+        counters[8] = 0.0
+        if counters[0] >= max_updates:
+            return 2
+        if counters[4] >= history.shape[0] or _now() >= deadline:
+            return 3
+
+
+def solve_compiled_swaps(solver, problem, rset, a, z, off, rng, trace, t0, iterates, slice_s=0.2):
+    """The loop of :class:`solvers.duhl.solver.DuHL` with the resident set ``rset`` (whose
+    buffers hold the block), compiled; as :func:`solvers.duhl.swaps.solve_with_swaps`.
+    Returns (status, rounds, (updates, best dual value))."""
+    n = problem.n_coords
+    A = problem.A
+    tol_abs = solver.tol * problem.P0
+    coord_bytes = problem.coord_bytes
+    tight = tight_lasso(problem.theta)
+    l1 = float(problem.theta.l1) if tight else 0.0
+    carry = not problem.dual_form
+    if problem.sparse:
+        full = (A.indptr, A.indices, A.data)
+        bptr = np.zeros(n + 1, dtype=np.int64)
+        block = (bptr, rset.rows.indices, rset.rows.data)
+        row_coord = np.full(n, -1, dtype=np.int64)
+    else:
+        full, block, row_coord = (A,), (rset.data,), rset.row_coord
+    pos = np.full(n, -1, dtype=np.int64)
+    counters = np.zeros(9)  # see run_swap_slice
+    history = np.empty((HISTORY, 9))
+    # the random policy's own stream, as Policy takes it (the others draw nothing: ~20 us saved)
+    child = _child(rng) if solver.selection == "random" else rng
+
+    def record(rnd, time_s, updates, P_form, D_form, gap, bytes_h2d, swaps, n_resident):
+        primal, dual = (-D_form, -P_form) if problem.dual_form else (P_form, D_form)
+        trace.record(round=int(rnd), time_s=time_s, epoch=updates / n, primal=primal, dual=dual, gap=gap,
+                     rel_gap=gap / problem.P0 if problem.P0 > 0 else 0.0, certified=1,
+                     bytes_h2d=int(bytes_h2d), swaps=int(swaps), n_resident=int(n_resident), prefetch_hits=0,
+                     bytes_prefetched=0)
+
+    def certify_here(rnd, updates, swaps, n_resident):
+        """A row for the last round's end state from a full gap pass (as the Python loop's last)."""
+        gaps, s = problem.coordinate_gaps(a, z, off, with_s=True)
+        if len(trace.rows) < iterates.shape[0]:
+            iterates[len(trace.rows)] = a
+        P, D, gap, counters[7] = _form(problem, a, z, off, float(gaps.sum()), float(np.abs(s).max(initial=0.0)),
+                                       counters[7])
+        record(rnd, time.perf_counter() - t0, updates, P, D, gap, counters[3], swaps, n_resident)
+
+    gaps, s = np.empty(n), np.empty(n)
+    resident = np.zeros(n, dtype=bool)
+    counters[7] = -np.inf
+    counters[8] = 2.0  # no gap known: the first call starts with row 0
+    counters[5] = len(trace.rows)
+    # one machine-code version for every user's value types (an int max_epochs or a float)
+    scalars = (int(rset.capacity_bytes), int(POLICIES[solver.selection]))
+    max_updates = float(solver.max_epochs * n)
+    loop_params = (int(solver.local_epochs), int(MAX_PASSES_PER_ROUND), bool(solver.shrinking))
+    tight, l1, carry, tol_abs = bool(tight), float(l1), bool(carry), float(tol_abs)
+    status = None
+    while status is None:
+        deadline = time.perf_counter() + slice_s
+        if solver.max_time is not None:
+            deadline = min(deadline, t0 + solver.max_time)
+        counters[4] = 0
+        code = run_swap_slice(full, block, row_coord, pos, coord_bytes, *scalars, a, z, off, problem.mu, problem.sqnorm,
+                              problem.c, problem.b, problem.theta, tight, l1, carry, tol_abs, max_updates, deadline,
+                              *loop_params, rng, child, gaps, s, resident, counters, history, iterates)
+        for t, updates, P, D, gap, rnd, bytes_h2d, swaps, n_resident in history[: int(counters[4])]:
+            record(rnd, t - t0, updates, P, D, gap, bytes_h2d, swaps, n_resident)
+        if code == 1:
+            status = "converged"
+        elif code == 2:
+            status = "max_epochs"
+        elif solver.max_time is not None and time.perf_counter() - t0 >= solver.max_time:
+            status = "max_time"
+    _hand_back(rset, problem, block, row_coord, resident, counters)
+    if status != "converged":  # the last round's end state: one more pass certifies it
+        certify_here(counters[1], counters[0], counters[2], np.count_nonzero(resident))
+    return status, int(counters[1]), (float(counters[0]), counters[7])
+
+
+def _form(problem, a, z, off, gap_sum, s_max, dual_best):
+    """Problem.certify's numbers in the form's orientation (P_form, D_form, gap, dual_best)."""
+    P, D, gap, best = problem.certify(a, z, off, gap_sum=gap_sum, s_max=s_max, dual_best=dual_best)
+    return (-D, -P, gap, best) if problem.dual_form else (P, D, gap, best)
+
+
+def _hand_back(rset, problem, block, row_coord, resident, counters):
+    """The resident set's own record of the block and its counters, as the run left them."""
+    rset.device.bytes_h2d = int(counters[3])
+    if problem.sparse:
+        used = int(np.count_nonzero(row_coord >= 0))
+        rset.rows.coords = row_coord[:used].copy()
+        rset.rows.indptr = block[0][: used + 1].copy()
+        rset._indptr_dev = rset.rows.indptr
+    else:
+        rset.in_block = row_coord >= 0
+        rset._coords_dev = None
