@@ -181,14 +181,18 @@ def solve_with_swaps(solver, problem, rset, a, z, off, rng, trace, t0, iterates)
         return gap
 
     # gaps at the start state, all known: the first selection and round 0's row
-    memory = GapMemory(*problem.coordinate_gaps(a, z, off, with_s=True), coord_bytes, **provable(problem))
+    # refresh "all" computes every gap each round: nothing to prove (and the kernels' values,
+    # e.g. a fused multiply-add's 1e-18 where the exact gap is 0, decide the selection)
+    proofs = provable(problem) if solver.refresh != "all" else {}
+    memory = GapMemory(*problem.coordinate_gaps(a, z, off, with_s=True), coord_bytes, **proofs)
     centred = memory.mu is not None
     m = z.shape[0]
     ratio = refresh_ratio(solver.refresh, problem)
     updates, swaps, rnd = 0, 0, 0
     estimate = record(0, state, memory.estimate(), 0, 0)
     status = "converged" if estimate <= tol_abs else None
-    certified = True                     # the current state's gap is known and recorded
+    certified = True                     # the current state's gap is known
+    end_recorded = True                  # ... and recorded
     resident = np.zeros(n, dtype=bool)
     schedule = GapSchedule(tol_abs, solver.gap_every)
     certifier = Certifier(tol_abs, solver.refresh, on_disk and ratio > 0)  # (no refresh: the schedule alone)
@@ -245,7 +249,10 @@ def solve_with_swaps(solver, problem, rset, a, z, off, rng, trace, t0, iterates)
                                                                prefetch=upcoming)
             updates += done
             memory.refresh(todo, *job.result())
-            if stale.size:  # a row for the start state: exact when every stale gap was refreshed
+            # a row for the start state: exact when every stale gap was refreshed (or none was
+            # stale: every gap computed or proven at it)
+            if stale.size or not (whole or end_recorded):
+                exact = exact or stale.size == 0
                 estimate = record(rnd - 1, snapshot, memory.estimate(), start_updates, start_swaps, exact)
                 if exact:
                     certifier.certified(rnd)
@@ -257,13 +264,13 @@ def solve_with_swaps(solver, problem, rset, a, z, off, rng, trace, t0, iterates)
                     certifier.refreshed(todo_bytes)
             step = dual_step(snapshot[1], z, problem.c * m * snapshot[2][0], problem.c * m * off[0], centred)
             memory.moved(dev_coords, dev_gaps, dev_s, step=step, a=a, u_norm=norm(z))
-            certified = memory.all_known()
-            if certified:  # every gap computed (all resident) or proven: the end state is certified
+            certified = memory.all_known()  # every gap computed or proven: the end state's is exact
+            end_recorded = certified and whole
+            if end_recorded:  # all resident: the end state's row now (else the next round's start row)
                 estimate = record(rnd, state, memory.estimate(), updates, swaps)
                 if estimate <= tol_abs:
                     status = "converged"
                     break
-            if certified and whole:
                 schedule.checked(rnd, float(dev_gaps.sum()))
                 if solver.shrinking:
                     # like liblinear's shrinking: skip coordinates whose gap is zero (at a
@@ -274,8 +281,8 @@ def solve_with_swaps(solver, problem, rset, a, z, off, rng, trace, t0, iterates)
                         active = None
             status = solver._stop(updates, n, t0)
 
-    if not certified and status != "converged":
-        # the last round's end state has no exact gap yet: the stale gaps give it
+    if not (certified and end_recorded) and status != "converged":
+        # the last round's end state has no row yet: the stale gaps (if any) give its exact gap
         stale = memory.stale()
         memory.refresh(stale, *problem.coordinate_gaps(a, z, off, stale, with_s=True))
         record(rnd, state, memory.estimate(), updates, swaps)
