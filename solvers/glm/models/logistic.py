@@ -12,6 +12,7 @@ from solvers.glm.models.base import CLASSIFIER_PARAMS, Math, Model, sigmoid, sof
 _NEWTON_ITERS = 100  # liblinear's cap; from a warm start one or two steps are the rule
 _STEP_TOL = 1e-4     # a last Newton step |d| <= 1e-4 z lands within (d/z)^2 z / 2 = 5e-9 z of the root
 _SHRINK = 0.1        # Yu et al.'s xi: a step past 0 goes a tenth of the way there instead
+_KL_MAX_S = 600.0    # the gap's ratio form while exp(-|s|) >= 1e-261
 
 
 class LogisticTheta(NamedTuple):
@@ -32,7 +33,35 @@ def _conj(theta, x):
 
 @register_jitable
 def _gap(theta, a, s):
-    return a * s + _g(theta, a) + _conj(theta, -s)
+    """a s + g(a) + g*(-s) = C KL(a/C || q), q = sigmoid(-s) (the a that s calls for, over C):
+
+        a log(a / (C q)) + (C - a) log((C - a) / (C (1 - q)))
+
+    one exp and two logs (the sum as written takes four or five), and each term is
+    O(a/C - q), not O(C), so the round-off of a small gap is small too."""
+    C = theta.C
+    e = math.exp(-abs(s))
+    gap = 0.0
+    if abs(s) <= _KL_MAX_S:
+        scale = C / (1.0 + e)
+        if s >= 0.0:  # C q = C e / (1 + e), C (1 - q) = C / (1 + e)
+            cq, cr = scale * e, scale
+        else:
+            cq, cr = scale, scale * e
+        if a > 0.0:
+            gap += a * math.log(a / cq)
+        if a < C:
+            gap += (C - a) * math.log((C - a) / cr)
+        return gap
+    # exp(-|s|) near underflow: the same terms with the logs of C q and C (1 - q) apart
+    log_scale = math.log(C) - math.log1p(e)
+    log_cq = log_scale - s if s >= 0.0 else log_scale
+    log_cr = log_scale if s >= 0.0 else log_scale + s
+    if a > 0.0:
+        gap += a * (math.log(a) - log_cq)
+    if a < C:
+        gap += (C - a) * (math.log(C - a) - log_cr)
+    return gap
 
 
 @register_jitable
