@@ -13,6 +13,7 @@ _NEWTON_ITERS = 100  # liblinear's cap; from a warm start one or two steps are t
 _STEP_TOL = 1e-4     # a last Newton step |d| <= 1e-4 z lands within (d/z)^2 z / 2 = 5e-9 z of the root
 _SHRINK = 0.1        # Yu et al.'s xi: a step past 0 goes a tenth of the way there instead
 _KL_MAX_S = 600.0    # the gap's ratio form while exp(-|s|) >= 1e-261
+_SHRINK_CUT = 0.02   # w8a: 5% of the samples hold 87-99% of the gap; 0.02 beat 0.05 and 0.1 (0.2, 0.5 stall)
 
 
 class LogisticTheta(NamedTuple):
@@ -133,7 +134,7 @@ def _update(theta, a, s, L):
     return C - z
 
 
-LOGISTIC = Math(LogisticTheta, _g, _conj, _gap, _update)
+LOGISTIC = Math(LogisticTheta, _g, _conj, _gap, _update, shrink_cut=_SHRINK_CUT)
 
 
 def _dual_from_margin(theta, m):
