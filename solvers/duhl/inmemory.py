@@ -7,8 +7,9 @@ against ~6 us of kernel per round). Here one compiled call runs many rounds:
 - a global gap pass gives every coordinate's gap and s_i, and the certificate
   (:mod:`solvers.glm.certificates`): stop at the tolerance;
 - shrinking (a working set): the next rounds visit only the coordinates whose gap
-  is positive (those at a bound with optimality holding have gap 0 exactly), when
-  that leaves at most half of them; the first round visits all;
+  is positive (those at a bound with optimality holding have gap 0 exactly), or for
+  a model with no such bound (logistic) above a share of the mean gap
+  (Math.shrink_cut), when that leaves at most half of them; the first round visits all;
 - a round is ``local_epochs`` epochs' worth of updates over the working set, in a
   fresh random order per pass (with Anderson extrapolation, :mod:`solvers.duhl.anderson`,
   per window of the K + 1 passes it extrapolates from); rounds repeat until the working
@@ -31,6 +32,7 @@ from numba.extending import overload
 
 from solvers.duhl.anderson import extrapolate
 from solvers.glm.certificates import form_certificate, residual_stats, tight_lasso
+from solvers.glm.models import shrink_cut
 from solvers.kernels import cpu
 
 HISTORY = 256  # rows a slice can record before it returns
@@ -175,8 +177,9 @@ def run_slice(D, a, z, off, mu, sqnorm, c, b, theta, tight, l1, carry_dual, tol_
             previous = work[:n_work].copy()
             n_work = 0
             if shrinking and counters[1] > 0:
+                cut = shrink_cut(theta) * gap_sum / n  # 0, or leaves out at most that share of the gap
                 for i in range(n):
-                    if gaps[i] > 0.0:
+                    if gaps[i] > cut:
                         work[n_work] = i
                         n_work += 1
             if n_work == 0 or n_work > n // 2:  # shrinking would save little: visit all

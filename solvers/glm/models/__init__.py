@@ -22,7 +22,8 @@ logistic        LogisticRegression    samples, a = dual vars      a log a + (C-a
 The kernels see a model only through ``theta``, a NamedTuple of its kernel
 parameters (named: ``theta.l1``, ``theta.C``), and four scalar functions that
 dispatch on theta's type: :func:`g_value`, :func:`g_conj`, :func:`coord_gap`,
-:func:`coord_update`. In Python they look the entry up; under Numba (CPU and
+:func:`coord_update` (and :func:`shrink_cut`, a constant: how the all-resident
+working set leaves out small gaps). In Python they look the entry up; under Numba (CPU and
 CUDA) an ``overload`` resolves them at compile time, so each kernel is
 specialised to one model with its math inlined. A theta of no registered
 model raises (in Python and at compile time).
@@ -95,6 +96,11 @@ def coord_update(theta, a, s, L):
     return math_of(theta).update(theta, a, s, L)
 
 
+def shrink_cut(theta):
+    """The model's Math.shrink_cut (a constant of each compiled kernel)."""
+    return math_of(theta).shrink_cut
+
+
 def _math_for_numba(theta):
     try:
         return math_of(theta)
@@ -120,6 +126,12 @@ def _coord_gap(theta, a, s):
 @overload(coord_update)
 def _coord_update(theta, a, s, L):
     return _math_for_numba(theta).update
+
+
+@overload(shrink_cut)
+def _shrink_cut(theta):
+    cut = float(_math_for_numba(theta).shrink_cut)
+    return lambda theta: cut
 
 
 def source_digest() -> int:

@@ -37,13 +37,20 @@ def xlogx(x):
 @dataclass(frozen=True)
 class Math:
     """A separable g with its conjugate, coordinate gap and exact coordinate update,
-    all scalar functions of (theta, ...) compiled by Numba for CPU and CUDA."""
+    all scalar functions of (theta, ...) compiled by Numba for CPU and CUDA.
+
+    ``shrink_cut``: shrinking (the all-resident working set) leaves out the coordinates
+    whose gap is at most shrink_cut times the mean gap, at most that share of the gap in
+    all. 0 where a coordinate optimal at a bound has a gap of exactly 0 (Lasso, SVM:
+    shrinking drops those); > 0 where no gap is ever 0 but few hold nearly all of it
+    (logistic: a_i ~ C exp(-margin) is never at a bound)."""
 
     Theta: type
     g: Callable
     g_conj: Callable
     gap: Callable
     update: Callable
+    shrink_cut: float = 0.0
 
 
 @dataclass(frozen=True)

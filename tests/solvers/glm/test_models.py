@@ -110,6 +110,76 @@ def test_coord_gap_matches_the_generic_formula_and_is_nonnegative(name):
         assert gap == pytest.approx(expected, rel=1e-7, abs=1e-8 * (1 + abs(a * s)))
 
 
+
+def _logistic_extremes():
+    """(C, a, s, L): a at and next to both bounds, margins up to where sigmoid underflows."""
+    for C in (0.7, 1e-3, 50.0):
+        for a in (0.0, C, 0.5 * C, 1e-300, 1e-20 * C, C * (1 - 1e-12), 0.3 * C, 0.9 * C):
+            for s in (0.0, 1e-3, -1.0, 30.0, -30.0, 300.0, -650.0):
+                for L in (0.0, 1e-3, 1.0, 80.0, 1e4):
+                    yield C, a, s, L
+
+
+def test_logistic_update_keeps_the_relative_precision_of_the_smaller_side():
+    """The minimiser x* solves log(x/(C-x)) + s + L (x - a) = 0: here found by Brent's method
+    in the log-odds t (x = C expit(t), C - x = C expit(-t)), independently of the Newton
+    iteration in x. The smaller of x* and C - x* (the one a near-bound optimum is all
+    about: a_i ~ C exp(-margin)) must match to 1e-7 relative, in Python and compiled."""
+    from numba import njit
+    from scipy.optimize import brentq
+    from scipy.special import expit
+
+    compiled = njit(lambda theta, a, s, L: models.coord_update(theta, a, s, L))
+    for C, a, s, L in _logistic_extremes():
+        theta = LogisticTheta(C)
+
+        def phi(t):
+            return t + s + L * (C * expit(t) - a)
+
+        lo, hi = -s - L * (C - a) - 1.0, -s + L * a + 1.0
+        t = brentq(phi, lo, hi, xtol=1e-15, rtol=4 * np.finfo(float).eps, maxiter=500)
+        small = C * expit(-abs(t))
+        for x in (models.coord_update(theta, a, s, L), compiled(theta, a, s, L)):
+            assert 0.0 <= x <= C
+            got = x if t < 0 else C - x
+            if small < 1e-290:   # below the normal floats: the bound itself, or next to it
+                assert got <= 1e-280, (C, a, s, L, x, t)
+            elif t < 0 or small > 1e-12 * C:   # C - x keeps C's absolute precision only
+                assert got == pytest.approx(small, rel=1e-7, abs=4e-16 * C), (C, a, s, L, x, t)
+
+
+
+def test_logistic_gap_at_the_extremes_against_50_digit_arithmetic():
+    """gap = a s + a log a + (C - a) log(C - a) - C log C + C log(1 + e^-s), evaluated in
+    50-digit decimal arithmetic from the same float inputs, matches to 1e-9 relative (or
+    1e-15 C absolute: a gap summed into P - D needs no more), in Python and compiled;
+    including the near-optimal a = C sigmoid(-s), where the gap is a difference of O(C)
+    terms that cancel, and margins past where the closed forms switch."""
+    from decimal import Decimal, localcontext
+
+    from numba import njit
+
+    compiled = njit(lambda theta, a, s: models.coord_gap(theta, a, s))
+
+    def exact(C, a, s):
+        with localcontext() as ctx:
+            ctx.prec = 50
+            C_, a_, s_ = Decimal(C), Decimal(a), Decimal(s)
+
+            def xlogx(x):
+                return x * x.ln() if x > 0 else Decimal(0)
+            total = a_ * s_ + xlogx(a_) + xlogx(C_ - a_) - xlogx(C_) + C_ * (1 + (-s_).exp()).ln()
+            return float(total)
+
+    for C, a, s, _ in _logistic_extremes():
+        for a in (a, C / (1.0 + math.exp(min(s, 700.0))), C * (1 - 1e-9) / (1.0 + math.exp(min(s, 700.0)))):
+            theta = LogisticTheta(C)
+            want = exact(C, a, s)
+            for gap in (models.coord_gap(theta, a, s), compiled(theta, a, s)):
+                assert gap >= -1e-15 * C, (C, a, s, gap)
+                assert gap == pytest.approx(want, rel=1e-9, abs=1e-15 * C), (C, a, s, gap, want)
+
+
 @pytest.mark.parametrize("name", ["lasso", "enet", "ridge", "hinge", "sqhinge", "logistic"])
 def test_compiled_kernels_run_the_current_scalar_math(name):
     """The Numba kernels (cache=True) agree with models.coord_gap / coord_update run as
