@@ -178,7 +178,8 @@ def make_npy(c: NpyData, out: Path, base_dir: Path, progress: ProgressFn) -> Dic
             digest = _convert_fortran(matrix, src, out / "X.npy", progress)
             how = "converted from Fortran order"
         else:
-            digest, column = _convert_c(matrix, src, out / "X.npy", progress)
+            column = _convert_c(matrix, src, out / "X.npy", progress)  # its buffer freed before the hash's
+            digest = _hash(out / "X.npy", src)
             y = column if column is not None else y
             how = "converted from C order"
         if y is None:  # the target column of a Fortran-order file
@@ -285,7 +286,7 @@ def _convert_fortran(matrix: DiskMatrix, src: Source, out: Path, progress: Progr
 
 def _convert_c(matrix: DiskMatrix, src: Source, out: Path, progress: ProgressFn):
     """Rows are contiguous: read a block of rows, write each feature's part of it where that
-    feature's run lies in the Fortran-order output. Returns (xxh3_128, target column or None)."""
+    feature's run lies in the Fortran-order output. Returns the target column (or None)."""
     n, features = src.n_samples, src.features()
     p, itemsize = features.size, src.out_dtype.itemsize
     y = None if src.target_column is None else np.empty(n)
@@ -315,9 +316,13 @@ def _convert_c(matrix: DiskMatrix, src: Source, out: Path, progress: ProgressFn)
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # written once, read by the arms past the cache
     finally:
         os.close(fd)
-    written = DiskMatrix(out, max_request=_request_bytes())
+    return y
+
+
+def _hash(path: Path, src: Source) -> str:
+    """The xxh3_128 of a file just written, read past the page cache."""
+    written = DiskMatrix(path, max_request=_request_bytes())
     try:
-        digest = _scan(written, src, lambda done, total: None, check=False)
+        return _scan(written, src, lambda done, total: None, check=False)
     finally:
         written.close()
-    return digest, y
