@@ -13,5 +13,5 @@ from tasks.data.configs import (DATA_CONFIGS, Dataset, LibsvmData, NpyData, Skle
 from tasks.data.errors import DataError
 
 __all__ = ["MAKERS", "cache_key", "checksum", "load_dataset", "read_cached", "DATA_CONFIGS", "Dataset",
-           "LibsvmData", "NpyData", "SklearnData", "SphereData", "SyntheticDenseData", "SyntheticSparseData", "resolve_path",
-           "validate_data_config", "DataError"]
+           "LibsvmData", "NpyData", "SklearnData", "SphereData", "SyntheticDenseData", "SyntheticSparseData",
+           "resolve_path", "validate_data_config", "DataError"]

@@ -41,6 +41,7 @@ from tasks.data.makers import (ProgressFn, make_sklearn, make_sphere, make_synth
                                planned_bytes)
 from tasks.data.npy import identity as npy_identity
 from tasks.data.npy import make_npy
+from tasks.data.npy import planned_bytes as npy_planned_bytes
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +159,7 @@ def _remove_stale_temporaries(cache_dir: Path) -> None:
 
 
 def _check_room(c, cache_dir: Path, base_dir: Path) -> None:
-    needed = planned_bytes(c, base_dir)
+    needed = npy_planned_bytes(c, base_dir) if c.name == "npy" else planned_bytes(c, base_dir)
     free = shutil.disk_usage(cache_dir).free
     if needed > free:
         raise DataError(f"data '{c.name}' needs {needed / 1e9:.1f} GB in {cache_dir}, which has "

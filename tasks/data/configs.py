@@ -164,7 +164,8 @@ def _check_npy_config(c: NpyData) -> None:
     if (c.target is None) == (c.target_column is None):
         got = "neither" if c.target is None else f"both (target={c.target!r}, target_column={c.target_column})"
         raise ValueError(f"The 'target' parameter of data '{c.name}' must name a .npy of the targets, or "
-                         f"'target_column' the column of data.path that holds them (one of the two). Got {got} instead.")
+                         f"'target_column' the column of data.path that holds them (one of the two). "
+                         f"Got {got} instead.")
 
 
 def resolve_path(path: str, base_dir: Path) -> Path:

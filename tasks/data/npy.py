@@ -310,7 +310,9 @@ def _convert_c(matrix: DiskMatrix, src: Source, out: Path, progress: ProgressFn)
                     e = min(hi, s + width)
                     t = np.ascontiguousarray(rows[:, s:e].T, dtype=src.out_dtype)  # (features, rows)
                     for j in range(e - s):
-                        os.pwrite(fd, t[j], HEADER_BYTES + ((at + s - lo + j) * n + first) * itemsize)
+                        at_byte = HEADER_BYTES + ((at + s - lo + j) * n + first) * itemsize
+                        if os.pwrite(fd, t[j], at_byte) != t[j].nbytes:
+                            raise OSError(f"short write to {out}")
             progress(first + k, n)
         os.fdatasync(fd)
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # written once, read by the arms past the cache

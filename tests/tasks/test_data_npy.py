@@ -174,7 +174,8 @@ def bad_files(folder):
 
 
 @pytest.mark.parametrize("cfg,message", [
-    (dict(path=None, target="y.npy"), r"The 'path' parameter of data 'npy' must name a \.npy file .*Got None instead\."),
+    (dict(path=None, target="y.npy"),
+     r"The 'path' parameter of data 'npy' must name a \.npy file .*Got None instead\."),
     (dict(path="X.npy"), r"The 'target' parameter of data 'npy' must name .* Got neither instead\."),
     (dict(path="X.npy", target="y.npy", target_column=0), r"The 'target' parameter .* Got both"),
     (dict(path="nope.npy", target="y.npy"), r"The 'path' parameter of data 'npy' names no file: nope\.npy"),
