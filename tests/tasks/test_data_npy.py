@@ -76,6 +76,8 @@ def test_an_aligned_fortran_file_is_used_in_place_and_checked(tmp_path):
     ds = load_dataset(NpyData(path=str(src / "X.npy"), target=str(src / "y.npy")), tmp_path / "cache")
     assert os.readlink(ds.path / "X.npy") == str(src / "X.npy")
     np.testing.assert_array_equal(ds.X, X)
+    on_disk = build_problem_on_disk({"name": "lasso", "alpha": 0.1, "fit_intercept": False}, ds.path, ds.y)
+    np.testing.assert_array_equal(on_disk.in_memory().A, X.T)  # read through the link, O_DIRECT-aligned
     # the cache's checksum of the link is the file's, computed in the one scan (not read again)
     assert npy.xxhash.xxh3_128(before).hexdigest() in (ds.path / "meta.json").read_text()
     X[5, 7] = np.nan
