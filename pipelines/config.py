@@ -23,7 +23,7 @@ from solvers.glm.checks import (AUTO_OR_POSITIVE_INT, DEVICES, Either, Integer, 
 from solvers.glm.models import MODELS
 from tasks.cluster import (ClusterConfig, LocalClusterConfig, LocalCudaClusterConfig, RemoteClusterConfig,
                            SlurmClusterConfig)
-from tasks.data import LibsvmData, SklearnData, SphereData, SyntheticDenseData, SyntheticSparseData
+from tasks.data import LibsvmData, NpyData, SklearnData, SphereData, SyntheticDenseData, SyntheticSparseData
 
 POSITIVE = Real(0, None, "neither")
 
@@ -197,7 +197,7 @@ class Config:
 SCHEMAS = {
     "model": {**{name: model_schema(m) for name, m in MODELS.items()}, "mlp": MlpModel},
     "data": {"synthetic_dense": SyntheticDenseData, "synthetic_sparse": SyntheticSparseData,
-             "libsvm": LibsvmData, "sklearn": SklearnData, "sphere": SphereData},
+             "libsvm": LibsvmData, "sklearn": SklearnData, "sphere": SphereData, "npy": NpyData},
     "solver": {"duhl": DuhlSolverConfig, "cocoa": CocoaSolverConfig, "diana": DianaSolverConfig},
     "device": {"base": DeviceConfig},
     "cluster": {"base": ClusterConfig, "local": LocalClusterConfig, "local_cuda": LocalCudaClusterConfig,

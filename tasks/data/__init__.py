@@ -3,14 +3,15 @@
 - ``configs``: one dataclass per kind of dataset (the Hydra schemas of conf/data/)
 - ``makers``: synthetic dense / sparse, scikit-learn's shipped sets, the sphere
 - ``libsvm``: LIBSVM files, with errors that name the file and the line
+- ``npy``: a user's own dense .npy, converted in chunks to the cache's layout (or used in place)
 - ``cache``: the cache (keys, checksums, rebuilding a damaged entry)
 """
 
 from tasks.data.cache import MAKERS, cache_key, checksum, load_dataset, read_cached
-from tasks.data.configs import (DATA_CONFIGS, Dataset, LibsvmData, SklearnData, SphereData, SyntheticDenseData,
+from tasks.data.configs import (DATA_CONFIGS, Dataset, LibsvmData, NpyData, SklearnData, SphereData, SyntheticDenseData,
                                 SyntheticSparseData, resolve_path, validate_data_config)
 from tasks.data.errors import DataError
 
 __all__ = ["MAKERS", "cache_key", "checksum", "load_dataset", "read_cached", "DATA_CONFIGS", "Dataset",
-           "LibsvmData", "SklearnData", "SphereData", "SyntheticDenseData", "SyntheticSparseData", "resolve_path",
-           "validate_data_config", "DataError"]
+           "LibsvmData", "NpyData", "SklearnData", "SphereData", "SyntheticDenseData", "SyntheticSparseData",
+           "resolve_path", "validate_data_config", "DataError"]

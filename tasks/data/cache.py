@@ -39,6 +39,9 @@ from tasks.data.errors import DataError
 from tasks.data.libsvm import make_libsvm
 from tasks.data.makers import (ProgressFn, make_sklearn, make_sphere, make_synthetic_dense, make_synthetic_sparse,
                                planned_bytes)
+from tasks.data.npy import identity as npy_identity
+from tasks.data.npy import make_npy
+from tasks.data.npy import planned_bytes as npy_planned_bytes
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +51,7 @@ MAKERS = {
     "synthetic_sparse": make_synthetic_sparse,
     "libsvm": make_libsvm,
     "sklearn": make_sklearn,
+    "npy": make_npy,
 }
 META_VERSION = 2
 ADDED_LATER = {"n_groups": 1}  # fields hashed into the cache key only when not at this default
@@ -60,13 +64,21 @@ def cache_key(cfg: Any, base_dir: Path = Path(".")) -> str:
     c = validate_data_config(cfg)
     fields = {k: v for k, v in dataclasses.asdict(c).items()
               if not (k in ADDED_LATER and v == ADDED_LATER[k])}  # caches made before a field existed stay valid
+    fields.update(_source_identity(c, base_dir))
+    blob = json.dumps(fields, sort_keys=True).encode()
+    return f"{c.name}-{hashlib.sha256(blob).hexdigest()[:12]}"
+
+
+def _source_identity(c, base_dir: Path) -> Dict[str, Any]:
+    """The files a dataset is made from: each one's path, size and modification time (hashed
+    into the key, and kept in meta.json: an entry of an earlier version of the file is removed)."""
     if c.name == "libsvm":
         src = resolve_path(c.path, base_dir)
         stat = _stat_or_fail(src, c)
-        fields["path"] = str(src)
-        fields["source"] = [stat.st_size, stat.st_mtime_ns]
-    blob = json.dumps(fields, sort_keys=True).encode()
-    return f"{c.name}-{hashlib.sha256(blob).hexdigest()[:12]}"
+        return {"path": str(src), "source": [stat.st_size, stat.st_mtime_ns]}
+    if c.name == "npy":
+        return npy_identity(c, base_dir)
+    return {}
 
 
 def _stat_or_fail(path: Path, c) -> os.stat_result:
@@ -88,8 +100,8 @@ def checksum(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _describe(path: Path) -> Dict[str, Any]:
-    entry: Dict[str, Any] = {"bytes": path.stat().st_size, "xxh3_128": checksum(path)}
+def _describe(path: Path, known: Optional[str] = None) -> Dict[str, Any]:
+    entry: Dict[str, Any] = {"bytes": path.stat().st_size, "xxh3_128": known or checksum(path)}
     if path.suffix == ".npy":
         array = np.load(path, mmap_mode="r")
         entry.update(shape=list(array.shape), dtype=str(array.dtype))
@@ -147,7 +159,7 @@ def _remove_stale_temporaries(cache_dir: Path) -> None:
 
 
 def _check_room(c, cache_dir: Path, base_dir: Path) -> None:
-    needed = planned_bytes(c, base_dir)
+    needed = npy_planned_bytes(c, base_dir) if c.name == "npy" else planned_bytes(c, base_dir)
     free = shutil.disk_usage(cache_dir).free
     if needed > free:
         raise DataError(f"data '{c.name}' needs {needed / 1e9:.1f} GB in {cache_dir}, which has "
@@ -184,8 +196,9 @@ def load_dataset(cfg: Any, cache_dir: Path, base_dir: Path = Path("."),
     tmp = Path(tempfile.mkdtemp(prefix=f"{folder.name}.tmp-{socket.gethostname()}-{os.getpid()}-",
                                 dir=cache_dir))
     try:
-        MAKERS[c.name](c, tmp, base_dir, progress or (lambda done, total: None))
-        seal(tmp, dataclasses.asdict(c))
+        known = MAKERS[c.name](c, tmp, base_dir, progress or (lambda done, total: None))
+        identity = _source_identity(c, base_dir)
+        seal(tmp, {**dataclasses.asdict(c), **identity}, known)
         try:
             os.rename(tmp, folder)  # atomic; fails if a concurrent job won the race
         except OSError:
@@ -194,15 +207,46 @@ def load_dataset(cfg: Any, cache_dir: Path, base_dir: Path = Path("."),
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     _CHECKED.add(str(folder))  # just written and hashed
+    if identity:
+        _remove_superseded(cache_dir, folder, identity)
     return read_cached(folder)
 
 
-def seal(folder: Path, config: Dict[str, Any]) -> None:
+def seal(folder: Path, config: Dict[str, Any], known: Optional[Dict[str, str]] = None) -> None:
     """Write a folder's meta.json: each file's size, shape, dtype and checksum (a maker's
-    output, or files a user wrote in the cache's layout)."""
-    files = {p.name: _describe(p) for p in sorted(Path(folder).iterdir()) if p.name != "meta.json"}
+    output, or files a user wrote in the cache's layout); ``known``: checksums the maker
+    computed while writing (file name -> xxh3_128), not read again."""
+    known = known or {}
+    files = {p.name: _describe(p, known.get(p.name)) for p in sorted(Path(folder).iterdir()) if p.name != "meta.json"}
     meta = {"version": META_VERSION, "config": config, "files": files}
     (Path(folder) / "meta.json").write_text(json.dumps(meta, indent=1))
+
+
+def _remove_superseded(cache_dir: Path, folder: Path, identity: Dict[str, Any]) -> None:
+    """Entries made from an earlier version of the same source file (its size or modification
+    time has changed since): no key reaches them any more, and a converted copy may be large.
+    An entry whose X.npy is a link to the file loses the link only."""
+    kind, files = folder.name.rpartition("-")[0], _stamps(identity)
+    for other in cache_dir.glob(f"{kind}-*"):
+        if other == folder or ".tmp-" in other.name:
+            continue
+        try:
+            config = json.loads((other / "meta.json").read_text())["config"]
+        except (OSError, ValueError, KeyError):
+            continue
+        if any(files.get(path, stamp) != stamp for path, stamp in _stamps(config).items()):
+            log.warning("removing dataset cache entry %s: made from an earlier version of its file(s) %s",
+                        other.name, ", ".join(files))
+            try:
+                _discard(other)
+            except OSError:
+                pass  # another process removed it first
+
+
+def _stamps(config: Dict[str, Any]) -> Dict[str, Any]:
+    """{source file: [size, mtime]} of an entry's config (or of a source identity)."""
+    pairs = (("path", "source"), ("target_path", "target_source"))
+    return {config[p]: config[s] for p, s in pairs if config.get(p) is not None and config.get(s) is not None}
 
 
 def _discard(folder: Path) -> None:

@@ -95,7 +95,24 @@ class SphereData:
     seed: int = ruled(0, Integer(0))
 
 
-DATA_CONFIGS = {c.name: c for c in (SyntheticDenseData, SyntheticSparseData, LibsvmData, SklearnData, SphereData)}
+@dataclass
+class NpyData:
+    """Your own dense data: an (n_samples, n_features) ``.npy`` (C or Fortran order, any float
+    dtype; relative paths start at the project root) and its target, a second ``.npy`` of
+    n_samples values (``target``) or one of the file's columns (``target_column``; -1: the
+    last; the other columns are the features). Read in chunks, never whole (tasks/data/npy.py)."""
+
+    name: str = "npy"
+    path: Optional[str] = None
+    target: Optional[str] = None
+    target_column: Optional[int] = ruled(None, Either(None, Integer()))
+    # None: the file's own float32 / float64 (other float types become float64)
+    dtype: Optional[str] = ruled(None, Either(None, Options(DTYPES)))
+    positive_class: Optional[float] = ruled(None, POSITIVE_CLASS)  # multiclass targets: this class vs the rest
+
+
+DATA_CONFIGS = {c.name: c for c in (SyntheticDenseData, SyntheticSparseData, LibsvmData, SklearnData, SphereData,
+                                    NpyData)}
 
 
 @dataclass
@@ -135,7 +152,20 @@ def validate_data_config(cfg: Any) -> Any:
     if getattr(c, "n_groups", 1) > 1 and (c.correlation_kind != "equicorrelated" or c.n_groups > c.n_features):
         raise ValueError(f"The 'n_groups' parameter of data '{kind}' must be 1 with correlation_kind "
                          f"{c.correlation_kind!r}, and at most n_features ({c.n_features}). Got {c.n_groups} instead.")
+    if kind == "npy":
+        _check_npy_config(c)
     return c
+
+
+def _check_npy_config(c: NpyData) -> None:
+    if not c.path:
+        raise ValueError(f"The 'path' parameter of data '{c.name}' must name a .npy file (data.path=path/to/X.npy). "
+                         f"Got {c.path!r} instead.")
+    if (c.target is None) == (c.target_column is None):
+        got = "neither" if c.target is None else f"both (target={c.target!r}, target_column={c.target_column})"
+        raise ValueError(f"The 'target' parameter of data '{c.name}' must name a .npy of the targets, or "
+                         f"'target_column' the column of data.path that holds them (one of the two). "
+                         f"Got {got} instead.")
 
 
 def resolve_path(path: str, base_dir: Path) -> Path:

@@ -134,4 +134,4 @@ def planned_bytes(c, base_dir: Path) -> int:
         from tasks.data.configs import resolve_path
 
         return 2 * resolve_path(c.path, base_dir).stat().st_size
-    return 0  # scikit-learn's shipped sets: kilobytes
+    return 0  # scikit-learn's shipped sets: kilobytes (your own .npy: tasks.data.npy.planned_bytes)

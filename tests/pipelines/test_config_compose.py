@@ -31,7 +31,8 @@ def options():
 def test_every_group_has_its_options(hydra_conf):
     found = {g: set(hydra_conf.get_group_options(g)) for g in GROUPS}
     assert found["model"] == set(MODELS) | {"mlp"}  # every registered GLM, and DistBelief's MLP
-    assert {"synthetic_dense", "synthetic_sparse", "libsvm", "sklearn", "sphere"} == found["data"]
+    assert {"synthetic_dense", "synthetic_dense_4gb", "synthetic_sparse", "libsvm", "sklearn", "sphere",
+            "npy"} == found["data"]
     assert {"duhl", "duhl_gap", "duhl_random", "duhl_sequential", "duhl_importance", "cocoa", "diana"} <= found["solver"]
     assert {"default", "duhl_svm", "cocoa", "cocoa_svm", "diana", "distbelief", "reproduce"} <= found["experiment"]
     assert {"mlflow", "none"} == found["tracking"]
@@ -60,11 +61,16 @@ def test_option_composes_and_plans(hydra_conf, group, option):
     chosen = cfg[group] if group != "experiment" else cfg.experiment
     assert chosen is not None
     if group in ("model", "data"):
-        assert cfg[group].name == option
+        assert option.startswith(cfg[group].name)  # synthetic_dense_4gb: synthetic_dense at out_of_core's size
     if distbelief:
         from pipelines.distbelief import plan
 
         assert cfg.experiment.main_arm in plan(cfg)["arms"]
+        return
+    if (group, option) == ("data", "npy"):  # the user's own file: planning asks for it by name
+        with pytest.raises(ValueError, match=r"The 'path' parameter of data 'npy' must name a \.npy file "
+                                             r"\(data\.path=path/to/X\.npy\)\. Got None instead\."):
+            plan_experiment(cfg)
         return
     missing = _missing_peers(cfg)
     if missing:  # a peer library this machine lacks ({missing}): named before any data is made

@@ -12,9 +12,9 @@ from sklearn.linear_model import Lasso
 
 from conftest import all_runs, family
 
-TINY = ["experiment=out_of_core", "data.n_samples=600", "data.n_features=400", "data.n_informative=10",
-        "experiment.max_time=20", "experiment.target_rel_gap=1e-8", "progress=false",
-        "~experiment.arms.peer_daskml", "~experiment.arms.peer_sklearn", "experiment.baselines=[sequential,random]"]
+QUICK = ["experiment=out_of_core", "experiment.max_time=20", "experiment.target_rel_gap=1e-8", "progress=false",
+         "~experiment.arms.peer_daskml", "~experiment.arms.peer_sklearn", "experiment.baselines=[sequential,random]"]
+TINY = [*QUICK, "data.n_samples=600", "data.n_features=400", "data.n_informative=10"]
 ON_DISK = {"duhl-gap", "sequential", "random"}
 
 
@@ -58,3 +58,26 @@ def test_a_missing_peer_library_is_named_before_any_data_is_made(experiment, mon
     with pytest.raises(SystemExit, match="Arm 'peer_daskml': dask-ml is not importable"):
         experiment("experiment=out_of_core", "data.n_samples=601")
     assert set(data_cache.iterdir()) == before
+
+
+def test_the_preset_on_a_users_own_npy_trains_from_its_converted_copy(experiment, tmp_path, capsys):
+    """experiment=out_of_core data=npy: the user's C-order float32 file, its target a column,
+    converted once; the DuHL arms reach scikit-learn's objective on the arrays the test wrote."""
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((500, 300)).astype(np.float32)
+    y = X[:, :8].astype(np.float64) @ rng.standard_normal(8) + 0.1 * rng.standard_normal(500)
+    np.save(tmp_path / "mine.npy", np.column_stack([X, y.astype(np.float32)]))  # C order; the target last
+    result = experiment(*QUICK, "data=npy", f"data.path={tmp_path / 'mine.npy'}", "data.target_column=-1",
+                        "model.alpha=0.05")
+    out = capsys.readouterr().out
+    assert "data: npy 500 x 300" in out
+    parent, arms = family(experiment.uri)
+    assert set(arms) == set(result) == ON_DISK
+    y32 = y.astype(np.float32).astype(np.float64)  # the target as the file holds it
+    sk = Lasso(alpha=0.05, fit_intercept=False, tol=1e-14, max_iter=100_000).fit(X.astype(np.float64), y32)
+    p_sk = 0.5 / len(y) * np.sum((y32 - X @ sk.coef_) ** 2) + 0.05 * np.abs(sk.coef_).sum()
+    client = MlflowClient(experiment.uri)
+    for name, run in arms.items():
+        assert run.data.metrics["reached_target"] == 1, name
+        primal = client.get_metric_history(run.info.run_id, "primal")[-1].value
+        assert primal <= p_sk * (1 + 1e-6), name
