@@ -35,7 +35,7 @@ from rich.table import Table
 from pipelines import report, ui
 from pipelines.config import check_config
 from pipelines.deploy import arm_on, cluster_and_data
-from pipelines.tracking import PROJECT_ROOT, SWEEP_PARENT_ENV, arm_run_name, config_params, flatten
+from pipelines.tracking import PROJECT_ROOT, SWEEP_PARENT_ENV, arm_run_name, config_params, flatten, shown_uri
 from solvers.distbelief.models import make_model
 from tasks.cluster import validate_cluster_config
 from tasks.data import cache_key, load_dataset, resolve_path, validate_data_config
@@ -285,7 +285,7 @@ def run(cfg: DictConfig, p: Dict[str, Any], tracker: Any, tags: Dict[str, str], 
         tracker.log_metrics(parent_id, {**{k: report.significant(v) for k, v in ups.items()}, "wall_s": wall_s, "failures": n_failures,
                                         "tracking_s": tracker.seconds, "tracking_setup_s": tracker.setup_s})
     if tracker.enabled:
-        console.print(f"tracking: {tracker.seconds:.2f}s in MLflow calls of {wall_s:.1f}s wall time ({tracker.uri})")
+        console.print(f"tracking: {tracker.seconds:.2f}s in MLflow calls of {wall_s:.1f}s wall time ({shown_uri(tracker.uri)})")
         ui.print_links(console, tracker, parent_id, view_id, "the comparison")
     return report.RunResults({name: {**loss[name].run_metrics(), "final_test_accuracy": accuracy[name].final,
                                      "failures": failures[name], "status": loss[name].status} for name in loss},

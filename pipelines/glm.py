@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from pipelines import progress, report, ui
 from pipelines.config import SolverConfig, check_config, solver_schema
 from pipelines.deploy import arm_on, cluster_and_data
-from pipelines.tracking import (PROJECT_ROOT, SWEEP_PARENT_ENV, RoundSampler, arm_run_name, config_params, flatten,
+from pipelines.tracking import (PROJECT_ROOT, SWEEP_PARENT_ENV, RoundSampler, arm_run_name, config_params, flatten, shown_uri,
                                 relative)
 from solvers.glm.models import get_model
 from tasks.arms import make_solver, prepare_on_disk, progress_metric, run_arm, warmup
@@ -237,7 +237,7 @@ def run(cfg: DictConfig, plan: Plan, tracker: Any, tags: Dict[str, str], run_nam
                                         "tracking_s": tracker.seconds, "tracking_setup_s": tracker.setup_s})
     if tracker.enabled:
         console.print(f"tracking: {tracker.seconds:.2f}s in MLflow calls = {overhead:.1%} of {wall_s:.1f}s "
-                      f"wall time; set-up {tracker.setup_s:.1f}s (import, open the store) ({tracker.uri})")
+                      f"wall time; set-up {tracker.setup_s:.1f}s (import, open the store) ({shown_uri(tracker.uri)})")
         ui.print_links(console, tracker, parent_id, view_id, "the comparison")
     return report.RunResults({name: {**s.run_metrics(), **({"speedups": speedups} if name == plan.main_arm else {})}
                               for name, s in stats.items()}, run_id=parent_id, stats=stats, extras=extras,

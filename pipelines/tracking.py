@@ -33,6 +33,8 @@ def relative(path) -> str:
         return str(path.relative_to(PROJECT_ROOT))
     except ValueError:
         return str(path)
+
+
 # Set by the sweep callback so that every job of a multirun nests under one run.
 SWEEP_PARENT_ENV = "DUHL_SWEEP_PARENT_RUN_ID"
 SWEEP_EXPERIMENT_ENV = "DUHL_SWEEP_EXPERIMENT_ID"
@@ -55,6 +57,11 @@ MAX_PARAMS_PER_BATCH = 100
 def resolve_tracking_uri(uri: Optional[str]) -> str:
     """tracking.uri, else $MLFLOW_TRACKING_URI, else sqlite:///<project root>/mlflow.db."""
     return uri or os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{PROJECT_ROOT / 'mlflow.db'}"
+
+
+def shown_uri(uri: str) -> str:
+    """The tracking URI as printed: a sqlite file under the project relative to its root."""
+    return f"sqlite:///{relative(uri[len('sqlite:///'):])}" if uri.startswith("sqlite:///") else uri
 
 
 def flatten(config: Mapping[str, Any]) -> Dict[str, str]:

@@ -37,6 +37,7 @@ import pandas as pd
 import scipy.sparse as sp
 
 from pipelines.bench.common import W8A, lasso_problem, read_bandwidth, svm_problem
+from pipelines.tracking import relative, shown_uri
 from solvers.duhl.solver import DuHL
 from solvers.duhl.warmup import compile_kernels
 from solvers.glm.problems import make_problem
@@ -345,8 +346,8 @@ def main(argv=None):
     pd.DataFrame(summary).to_csv(out_dir / "summary.csv", index=False)
     if not args.no_tracking:
         uri = track(rows, summary, out_dir, args.quick, header)
-        print(f"MLflow: experiment 'bench' in {uri}")
-    print(f"results: {out_dir}/bench.md (+ plots, rows.csv); total {total:.0f} s")
+        print(f"MLflow: experiment 'bench' in {shown_uri(uri)}")
+    print(f"results: {relative(out_dir)}/bench.md (+ plots, rows.csv); total {total:.0f} s")
     return rows, summary
 
 
