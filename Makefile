@@ -35,12 +35,12 @@ experiment: $(STAMP)  ## run the default experiment (ARGS="key=value ..." for ov
 reproduce: $(STAMP)  ## every seed preset, then the papers' claims beside what this machine measured (~3 min)
 	PORT=$(PORT) $(PY) -m pipelines.experiment experiment=reproduce $(ARGS)
 
-out-of-core: $(STAMP)  ## 4 GB on disk, a quarter of it in RAM: DuHL vs streaming, random, dask-glm, scikit-learn (~10 min)
+out-of-core: $(STAMP)  ## 4 GB on disk, a quarter of it in RAM: DuHL vs streaming, random, dask-glm, scikit-learn (~15-20 min)
 	$(PY) -c "import dask_glm" 2>/dev/null || $(PY) -m pip install -e ".[out-of-core]"
 	PORT=$(PORT) $(PY) -m pipelines.experiment experiment=out_of_core $(ARGS)
 
 # 300,000 x 12,500 float64 = 30 GB: more than this machine's 24 GB of RAM; 7.5 GB of RAM for data.
-out-of-core-big: $(STAMP)  ## the same on 30 GB (more than RAM), DuHL vs streaming only (~25 min with making the data, 31 GB of disk)
+out-of-core-big: $(STAMP)  ## the same on 30 GB (more than RAM), DuHL vs streaming only (~15 min with making the data, 31 GB of disk)
 	PORT=$(PORT) $(PY) -m pipelines.experiment experiment=out_of_core data.n_samples=300000 experiment.max_time=300 \
 		experiment.name=out_of_core_30GB "~experiment.arms.peer_daskml" "~experiment.arms.peer_sklearn" \
 		"~experiment.arms.random" "experiment.baselines=[sequential]" $(ARGS)
