@@ -36,6 +36,7 @@ from solvers.duhl.compiled_parts import _block_gaps, _now, _pairwise, _row, _sel
 from solvers.duhl.inmemory import _epoch, _gaps
 from solvers.duhl.swaps import MAX_PASSES_PER_ROUND, _child
 from solvers.glm.certificates import form_certificate, residual_stats, tight_lasso
+from solvers.glm.models import shrink_cut
 from solvers.kernels import cpu
 
 # refresh="auto" in RAM runs here (as "all") when refreshing every stale gap reads at most
@@ -146,16 +147,21 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
         counters[2] += n_joined
         _swap_in(A, B, row_coord, pos, keep, joined, n_joined)
         n_stale, n_gap = 0, 0
+        block_gap = 0.0
+        for i in range(n):
+            if keep[i]:
+                block_gap += gaps[i]
+        cut = shrink_cut(theta) * block_gap / max(1, k)  # 0, or a small share of the block's gap (logistic)
         for i in range(n):
             if not resident[i]:  # not in the last round's block: its gap is stale
                 stale[n_stale] = i
                 n_stale += 1
-            if keep[i] and gaps[i] > 0.0:
+            if keep[i] and gaps[i] > cut:
                 n_gap += 1
         use_gap = shrinking and 0 < n_gap < k  # a working set inside the block
         n_active = 0
         for i in range(n):  # in coordinate order, as the resident set visits them
-            if keep[i] and (not use_gap or gaps[i] > 0.0):
+            if keep[i] and (not use_gap or gaps[i] > cut):
                 visit[n_active] = pos[i]
                 n_active += 1
         resident[:] = keep

@@ -36,6 +36,7 @@ import numpy as np
 
 from solvers.duhl.gap_memory import GapMemory, dual_step, norm
 from solvers.duhl.selection import Policy
+from solvers.glm.models import shrink_cut
 
 # A round does about ``local_epochs`` epochs' worth of updates however far shrinking
 # has gone: passes over the visited coordinates, at most this many.
@@ -197,6 +198,7 @@ def solve_with_swaps(solver, problem, rset, a, z, off, rng, trace, t0, iterates)
     schedule = GapSchedule(tol_abs, solver.gap_every)
     certifier = Certifier(tol_abs, solver.refresh, on_disk and ratio > 0)  # (no refresh: the schedule alone)
     active = None                        # the coordinates visited (shrinking), None: all resident
+    share = shrink_cut(problem.theta)    # shrinking's cut, a share of the mean gap (0: gap 0 only)
 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="duhl-host") as host:
         while status is None:
@@ -210,7 +212,10 @@ def solve_with_swaps(solver, problem, rset, a, z, off, rng, trace, t0, iterates)
                 if solver.shrinking and not resident.all():
                     # a working set inside the block: coordinates whose last known gap is 0 sit
                     # at a bound with optimality holding; the block's gaps still cover them all
-                    active = chosen[memory.gaps[chosen] > 0]
+                    # (logistic: also those under a small share of the block's mean gap; the sum in
+                    # coordinate order, one add at a time, as the compiled loop sums it)
+                    cut = share * float(np.cumsum(memory.gaps[np.sort(chosen)])[-1]) / n_resident if share else 0.0
+                    active = chosen[memory.gaps[chosen] > cut]
                     if active.shape[0] in (0, n_resident):
                         active = None
             rnd += 1
