@@ -50,10 +50,6 @@ class GapMemory:
         """Coordinates whose gap at the current state is unknown."""
         return np.flatnonzero(~(self.fresh | self.proven))
 
-    def all_fresh(self):
-        """Whether every gap is computed at the current state (no proof needed)."""
-        return bool(self.fresh.all())
-
     def all_known(self):
         """Whether every gap at the current state is known exactly (computed or proven)."""
         return bool((self.fresh | self.proven).all())
@@ -78,12 +74,11 @@ class GapMemory:
         self._cursor = int(chosen[-1]) + 1
         return np.sort(chosen)
 
-    def refresh(self, coords, gaps, s, at=None):
-        """Gaps of ``coords`` computed at the state the fresh entries hold (whose path
-        length was ``at``; the current one by default)."""
+    def refresh(self, coords, gaps, s):
+        """Gaps of ``coords`` computed at the state the fresh entries hold."""
         self.gaps[coords] = gaps
         self.s[coords] = s
-        self.at[coords] = self.path if at is None else at
+        self.at[coords] = self.path
         self.proven[coords] = False
 
     def moved(self, coords, gaps, s, step=None, a=None, u_norm=0.0):
