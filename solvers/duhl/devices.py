@@ -16,6 +16,7 @@ one that imports CuPy.
 import contextlib
 import math
 import os
+import warnings
 
 import numpy as np
 
@@ -120,6 +121,9 @@ class CUDADevice(CPUDevice):
         self.gap_kernel = gap_kernel
         self.concurrency = concurrency
         self.name = "cuda_sim" if simulate else "cuda"
+        self.parallel = True     # an epoch updates several coordinates at once (see epoch_grid)
+        self.cuts = []           # the concurrency after each halving (ResidentSet.run_round)
+        self._last_grid = 1
         self._held = []          # (event, pinned buffers) of copies that may be in flight
         self._prefetched = None  # event of the last prefetch copy, not yet waited for
         if simulate:
@@ -130,6 +134,10 @@ class CUDADevice(CPUDevice):
             from numba import cuda
 
             self.xp = cp
+            # an epoch's grid is small on purpose (TPA-SCD keeps about sqrt(n) updates in flight,
+            # a block's gap pass one thread block per coordinate): Numba's low-occupancy warning
+            # would print at every launch of a small block
+            warnings.filterwarnings("ignore", message=".*Grid size .* under-utilization", module="numba")
             self.copy_stream = cp.cuda.Stream(non_blocking=True)
             self.compute_stream = cp.cuda.Stream(non_blocking=True)
             self._kernel_stream = cuda.external_stream(self.compute_stream.ptr)
@@ -248,7 +256,16 @@ class CUDADevice(CPUDevice):
     def epoch_grid(self, n):
         """Thread blocks of an epoch over n coordinates: the most updates in flight at once."""
         cap = math.isqrt(n) if self.concurrency == "auto" else int(self.concurrency)
-        return max(1, min(n, cap))
+        self._last_grid = max(1, min(n, cap))
+        return self._last_grid
+
+    def fewer_in_flight(self):
+        """Halve the updates in flight (after a round that overshot); False at one already."""
+        if self._last_grid <= 1:
+            return False
+        self.concurrency = self._last_grid // 2
+        self.cuts.append(self.concurrency)
+        return True
 
     def epoch_dense(self, data, coords, order, st, p):
         self._launch(self.k.tpa_scd_dense, self.epoch_grid(order.shape[0]), data, coords,

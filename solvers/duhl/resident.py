@@ -57,7 +57,28 @@ class ResidentSet:
         """``passes`` epochs over the resident set (only its ``active`` coordinates,
         when given), then the gaps of all of it; meanwhile the coordinates ``prefetch``
         are staged for the next swap. Returns (updates, coords, gaps, s), the last two None without
-        ``with_gaps``; s_i = <A_i, u> feeds the tight certificate."""
+        ``with_gaps``; s_i = <A_i, u> feeds the tight certificate.
+
+        A GPU updates several coordinates at once: on correlated data their steps add up and
+        overshoot. Coordinate descent never raises the objective it minimizes, so a round that
+        raised it is undone and run again with half the updates in flight (down to one at a
+        time, when every step is exact); the undone round's updates still count."""
+        if not getattr(self.device, "parallel", False):
+            return self._round(state, rng, passes, with_gaps, active, prefetch)
+        start = tuple(x.copy() for x in state)
+        before = self.problem.form_primal(*start)
+        done = 0
+        while True:
+            out = self._round(state, rng, passes, with_gaps, active, prefetch)
+            done += out[0]
+            after = self.problem.form_primal(*state)
+            if after <= before + 1e-12 * abs(before) or not self.device.fewer_in_flight():
+                return (done, *out[1:])
+            for x, x0 in zip(state, start):
+                x[...] = x0
+            prefetch = None  # staged already
+
+    def _round(self, state, rng, passes, with_gaps, active, prefetch):
         dev = self.device
         with dev.context():
             st = dev.begin_round(state)
@@ -95,7 +116,7 @@ class DenseResidentSet(ResidentSet):
         self._pending = []  # reads from disk into staging rows still in flight
         if self.whole and device.name == "cpu":
             self.data = A  # zero-copy: everything is resident
-        elif problem.on_disk:  # page-aligned rows: the disk reads straight into them
+        elif problem.on_disk and device.name == "cpu":  # page-aligned rows: the disk reads straight into them
             self.data = aligned_empty((n_slots + n_stage, A.shape[1]), A.dtype)
         else:
             with device.context():
@@ -111,6 +132,8 @@ class DenseResidentSet(ResidentSet):
         """Copy the coordinates' data host->device into ``rows`` (from disk when the data is there)."""
         if self.data is self.problem.A:  # zero-copy whole block: a logical load, counted
             self.device.bytes_h2d += int(self.problem.coord_bytes[coords].sum())
+        elif self.problem.on_disk and self.device.name != "cpu":  # a GPU under a RAM tier
+            self.device.upload_rows(self.data, rows, self.problem.A.take(coords), prefetch=prefetch)
         elif self.problem.on_disk:
             A = self.problem.A
             if prefetch:

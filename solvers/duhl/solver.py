@@ -22,6 +22,7 @@ it, on the CPU and in RAM, too where refresh "all" applies
 (:mod:`solvers.duhl.compiled_swaps`).
 """
 
+import dataclasses
 import time
 
 import numpy as np
@@ -30,6 +31,7 @@ from solvers.duhl.budget import parse_budget, split_budget
 from solvers.duhl.compiled_swaps import routes, solve_compiled_swaps
 from solvers.duhl.inmemory import solve_in_memory
 from solvers.duhl.on_disk import DEFAULT_BUFFER_BYTES, available_ram
+from solvers.duhl.ram_tier import RamTier
 from solvers.duhl.resident import make_resident_set
 from solvers.duhl.swaps import MAX_PASSES_PER_ROUND, solve_with_swaps
 from solvers.glm.checks import check_params
@@ -203,8 +205,7 @@ class DuHL:
                                "read into RAM once")
             return problem.in_memory(), self._budget_bytes(problem)
         if self.device != "cpu":
-            raise ValueError(f"The 'host_budget' parameter of {self.owner} works with device='cpu' so far "
-                             f"(the RAM block is the device); got device={self.device!r}.")
+            return self._gpu_under_ram_tier(problem, budget)
         if self.memory_budget is not None:
             raise ValueError(f"{self.owner}: with the data on disk and device='cpu' the block is the RAM "
                              f"tier, sized by 'host_budget'; leave 'memory_budget' None "
@@ -213,6 +214,30 @@ class DuHL:
         buffer = max(2 * row, min(DEFAULT_BUFFER_BYTES, budget // 8) // row * row)
         problem.A.buffer_bytes = buffer
         return problem, self._budget_bytes(problem, "host_budget", reserved=buffer)
+
+    def _gpu_under_ram_tier(self, problem, host):
+        """Data on disk, a GPU: ``host`` bytes of RAM (read buffers included) hold the GPU
+        block's coordinates and the largest gaps (solvers.duhl.ram_tier); memory_budget sizes
+        the GPU block, at most the RAM tier (None: as large as it)."""
+        row = problem.A.shape[1] * problem.A.itemsize
+        buffer = max(2 * row, min(DEFAULT_BUFFER_BYTES, host // 8) // row * row)
+        problem.A.buffer_bytes = buffer
+        n_rows = (host - buffer) // row
+        if n_rows < 1:
+            raise ValueError(f"The 'host_budget' parameter of {self.owner} ({self.host_budget!r} = {host} bytes, "
+                             f"{buffer} for read buffers) is below one coordinate's data ({row} bytes).")
+        tier = RamTier(problem.A, n_rows)
+        problem = dataclasses.replace(problem, A=tier)
+        device = self._budget_bytes(problem)
+        if device is None:
+            device = tier.capacity_bytes
+        elif device > tier.capacity_bytes:
+            raise ValueError(f"The 'memory_budget' parameter of {self.owner} ({self.memory_budget!r} = {device} "
+                             f"bytes) is more than the RAM tier holds ({tier.capacity_bytes} bytes of "
+                             f"host_budget {self.host_budget!r}): the GPU block is a subset of the RAM set.")
+        self._notes.append(f"RAM tier: {n_rows} of {problem.n_coords} coordinates ({tier.capacity_bytes} bytes); "
+                           f"GPU block {device} bytes")
+        return problem, device
 
     def _stop(self, updates, n, t0):
         """The status that ends the run now, or None."""
@@ -255,6 +280,10 @@ class DuHL:
             loop = solve_compiled_swaps if routes(self, problem, rset) else solve_with_swaps
             status, rounds, counters = loop(self, problem, rset, a, z, off, rng, trace, t0, self._iterates)
             bytes_h2d, hits, prefetched = rset.bytes_h2d, rset.prefetch_hits, rset.bytes_prefetched
+            cuts = getattr(rset.device, "cuts", [])
+            if cuts:
+                self._notes.append(f"concurrency cut to {cuts[-1]} update(s) in flight: {len(cuts)} round(s) "
+                                   "raised the objective (correlated coordinates updated at once), undone")
         updates, dual_best = counters
         last = trace.rows[-1]
         elapsed = last["time_s"]

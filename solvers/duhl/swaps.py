@@ -35,6 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from solvers.duhl.gap_memory import GapMemory, dual_step, norm
+from solvers.duhl.ram_tier import RamTier, ram_choice
 from solvers.duhl.selection import Policy
 from solvers.glm.models import shrink_cut
 
@@ -160,6 +161,7 @@ def solve_with_swaps(solver, problem, rset, a, z, off, rng, trace, t0, iterates)
     policy = Policy(solver.selection, coord_bytes, rset.capacity_bytes, problem.sqnorm, _child(rng))
     dual_best = -np.inf
     on_disk = problem.on_disk
+    ram_rows = problem.A.data.shape[0] if isinstance(problem.A, RamTier) else 0
 
     def disk_columns():
         return {"bytes_disk": problem.A.bytes_read, "disk_s": problem.A.read_s} if on_disk else {}
@@ -204,6 +206,8 @@ def solve_with_swaps(solver, problem, rset, a, z, off, rng, trace, t0, iterates)
         while status is None:
             if rnd == 0 or not resident.all():  # all resident: nothing left to choose
                 chosen = policy.select(memory.gaps, resident)
+                if ram_rows:  # a GPU under a RAM tier: the RAM set first, the block is a subset of it
+                    problem.A.hold(ram_choice(chosen, memory.gaps, ram_rows))
                 swaps += rset.assign(chosen)
                 resident[:] = False
                 resident[chosen] = True

@@ -120,12 +120,15 @@ class Problem:
             return -D_form, -P_form, gap, dual_best
         return P_form, D_form, gap, dual_best
 
+    def form_primal(self, a, z, off):
+        """The objective coordinate descent minimizes (the form's primal), from the state."""
+        return cpu.shifted_sq_norm(z, self.c * off[0]) / (2.0 * self.c) + cpu.sum_g(a, self.theta)
+
     def objectives(self, a, z, off, gap=None):
         """User-facing (primal, dual, gap) with the coordinate gaps' sum as the gap (given, or
         computed here): the form's primal computed directly, its dual as primal - gap
         (Fenchel-Young holds with equality at u = grad f(v))."""
-        P_form = (cpu.shifted_sq_norm(z, self.c * off[0]) / (2.0 * self.c)
-                  + cpu.sum_g(a, self.theta))
+        P_form = self.form_primal(a, z, off)
         if gap is None:
             gap = float(self.coordinate_gaps(a, z, off).sum())
         D_form = P_form - gap

@@ -108,7 +108,6 @@ def test_a_budget_that_holds_the_data_reads_it_once(store):
     (dict(host_budget=0.0), r"The 'host_budget' parameter of DuHL .*Got 0.0"),
     (dict(host_budget="-1GB"), r"The 'host_budget' parameter of DuHL .*Got '-1GB'"),
     (dict(host_budget="8B"), r"The 'host_budget' parameter of DuHL .*below one coordinate's data"),
-    (dict(host_budget=0.25, device="cuda_sim"), r"'host_budget' parameter of DuHL works with device='cpu'"),
     (dict(host_budget=0.25, memory_budget=0.5), r"leave 'memory_budget' None"),
 ])
 def test_bad_budgets_name_the_parameter(store, bad, message):
