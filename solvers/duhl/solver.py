@@ -89,7 +89,10 @@ class DuHL:
         Data on disk (a problem from solvers.glm.problems.make_problem_on_disk):
         the RAM the data may use, as a share of its bytes or a size such as
         "2GB", read buffers included; None loads it all into RAM (refused when
-        it does not fit). With device="cpu" the RAM tier is the block.
+        it does not fit). With device="cpu" the RAM tier is the block; with a
+        GPU (solvers.duhl.ram_tier) the RAM tier holds the GPU block's
+        coordinates and those of largest gap, and ``memory_budget`` (at most the
+        RAM tier; None: as large as it) sizes the GPU block.
     keep_iterates : int >= 0
         Keep a copy of ``a`` at each of the first ``keep_iterates`` trace rows (the
         state each row certifies), as ``result.iterates``: for inspecting a run.
@@ -111,7 +114,10 @@ class DuHL:
         flight, each reading z while the others change it). All at once makes
         an epoch a Jacobi step, which diverges on correlated coordinates;
         "auto" allows sqrt(coordinates), the delay under which asynchronous
-        coordinate descent keeps its linear rate (Liu & Wright, 2015).
+        coordinate descent keeps its linear rate (Liu & Wright, 2015). On strongly
+        correlated data even that overshoots (equicorrelated features, rho 0.5,
+        diverged at 31 in flight on an H100): a round that raises the objective
+        is undone and rerun with half as many in flight (a note says so).
     anderson : "auto" or bool
         All data resident on the CPU, the Lasso family (Lasso, ElasticNet, Ridge): every
         5 passes over the working set try the Anderson extrapolation of the last 6
