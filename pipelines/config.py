@@ -102,7 +102,8 @@ class DeviceConfig:
     # (all data on the device). Any: OmegaConf has no float-or-str type.
     memory_budget: Any = 0.25
     # RAM for data when the data stays on disk (device=cpu: the block is the RAM tier, read
-    # from the cache's X.npy past the page cache): a fraction, a size, or null (data in RAM).
+    # from the cache's X.npy past the page cache; a GPU: the RAM tier between the disk and the
+    # GPU block, which memory_budget sizes): a fraction, a size, or null (data in RAM).
     host_budget: Any = None
     # The share of memory_budget kept as staging memory for coordinates copied ahead
     # of their swap (DuHL's prefetch): "auto" (0.2 on the GPU devices, 0 on the CPU)
