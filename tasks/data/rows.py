@@ -59,12 +59,21 @@ def sample_major(folder) -> Path:
     start = time.perf_counter()
     digest = transpose(source, out, shape, dtype, offset)
     meta["files"][ROWS_FILE] = _describe(out, digest)
+    drop_pages(out)  # _describe's look at the header read ahead into the data
     tmp = meta_path.with_name(f"meta.json.tmp-{os.getpid()}")
     tmp.write_text(json.dumps(meta, indent=1))
     os.replace(tmp, meta_path)
     log.info("data: %s/%s written in sample-major order (%d x %d, %.2f GB) in %.1fs", folder.name, ROWS_FILE,
              shape[0], shape[1], out.stat().st_size / 1e9, time.perf_counter() - start)
     return out
+
+
+def drop_pages(path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
 
 
 def transpose(source: Path, out: Path, shape, dtype, offset: int, tile_bytes: int = TILE_BYTES) -> str:
