@@ -19,7 +19,8 @@ of the coordinates on this project's machine, against about 1 GB/s here). So:
 - Adjacent coordinates coalesce into one request of at most ``max_request`` bytes (and
   512 buffers: IOV_MAX is 1024); a few threads issue them, since ``preadv`` releases the GIL.
 - ``scale``: each coordinate multiplied by its own factor as it lands, in the reader's
-  threads (the dual models' rows y_i x_i from the plain X, with y_i = +-1: exact).
+  threads, in the bounce buffer's copy where there is one (the dual models' rows y_i x_i from
+  the plain X, with y_i = +-1: exact).
 
 NumPy and the standard library only; Linux (O_DIRECT, posix_fadvise, /proc/self/mounts).
 """
@@ -280,15 +281,16 @@ class DiskMatrix:
             pos += d.nbytes
         return _Request(lo, hi - lo, pieces=pieces, scales=scales)
 
-    def _scale(self, q):
-        """Multiply what ``q`` delivered by its coordinates' factors."""
-        dsts = q.iov or [d for _, d in q.pieces]
-        if len(dsts) == q.scales.size:  # a destination per coordinate (or a piece of one)
-            for d, f in zip(dsts, q.scales):
-                np.multiply(np.frombuffer(d, self.dtype), f, out=np.frombuffer(d, self.dtype))
-        else:  # one destination: a run of consecutive rows
-            rows = np.frombuffer(dsts[0], self.dtype).reshape(q.scales.size, -1)
-            np.multiply(rows, q.scales[:, None], out=rows)
+    def _scale(self, q, src=None):
+        """Multiply what ``q`` delivered by its coordinates' factors: in place (``src`` None), or
+        from the bounce buffer ``src`` as it is copied out (one pass over the bytes, not two)."""
+        pieces = q.pieces if src is not None else [(0, d) for d in q.iov]
+        # a factor per destination (a row, or a piece of one), or one destination for a run of rows
+        factors = q.scales[:, None] if len(pieces) == q.scales.size else [q.scales[:, None]]
+        for (pos, d), f in zip(pieces, factors):
+            dst = np.frombuffer(d, self.dtype).reshape(f.shape[0], -1)
+            data = dst if src is None else src[pos:pos + d.nbytes].view(self.dtype).reshape(dst.shape)
+            np.multiply(data, f, out=dst)
 
     # ---------------------------------------------------------------- execution ---
     def _bounce(self, n):
@@ -308,9 +310,11 @@ class DiskMatrix:
             if got < q.pieces[-1][0] + q.pieces[-1][1].nbytes:  # the file shrank since it was opened
                 raise EOFError(f"{self.path} ends at byte {q.offset + got}, before the data its header announces")
             src = np.frombuffer(buf, np.uint8)
-            for pos, d in q.pieces:
+            if q.scales is not None:
+                self._scale(q, src)
+            for pos, d in q.pieces if q.scales is None else ():
                 np.copyto(np.frombuffer(d, np.uint8), src[pos:pos + d.nbytes])
-        if q.scales is not None:
+        if q.scales is not None and q.iov:
             self._scale(q)
         if not self.direct:  # drop the pages just read; DONTNEED drops whole pages only
             lo = q.offset - q.offset % PAGE
