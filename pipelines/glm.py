@@ -202,7 +202,8 @@ def run(cfg: DictConfig, plan: Plan, tracker: Any, tags: Dict[str, str], run_nam
             placement = Placement(client, dataset.path, dataset.X, dataset.y, plan.model,
                                   float(getattr(validate_cluster_config(cfg.cluster), "timeout_s", 60.0)), parts=parts)
             if on_disk:
-                console.print(f"feature statistics for the arms on disk: one pass, {prepare_on_disk(placement):.2f}s")
+                console.print(f"coordinate statistics for the arms on disk (features, or samples for a classifier): "
+                              f"one pass, {prepare_on_disk(placement):.2f}s")
             for name, settings in plan.arms.items():
                 arm_tags = {**tags["arm"], "arm": name, "mlflow.runColor": colours[name]}
                 with tracker.run(arm_run_name(name, run_name), parent_id, arm_tags) as arm_id, \

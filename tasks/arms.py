@@ -20,7 +20,7 @@ from solvers.duhl.warmup import compile_kernels
 from tasks.distributed_glm.arms import ARMS as DISTRIBUTED_ARMS
 from tasks.parts import materialize, whole
 from tasks.peers import PEER_SOLVERS
-from tasks.problems import build_problem, build_problem_on_disk, feature_stats, read_only_miniature
+from tasks.problems import build_problem, build_problem_on_disk, coordinate_stats, read_only_miniature
 
 # peer_*: other libraries (tasks/peers.py); cocoa, diana: replicas (tasks/distributed_glm/)
 SOLVERS = {"duhl": DuHL, **PEER_SOLVERS, **DISTRIBUTED_ARMS}
@@ -114,17 +114,18 @@ def run_arm(problem, settings: Mapping[str, Any], callback: Optional[Callable[[d
 
 
 def prepare_on_disk(placement) -> float:
-    """Before the arms that read X from disk: the features' sums and squares, one pass shared
-    by them all (so no arm pays for it); returns seconds."""
+    """Before the arms that read X from disk: each coordinate's sum and sum of squares (features
+    of X.npy; a classifier's samples, from the sample-major copy, written first if the cache
+    has none), one pass shared by them all (so no arm pays for it); returns seconds."""
     start = time.perf_counter()
     if "row_stats" not in placement.cache:
-        placement.cache["row_stats"] = feature_stats(placement.path)
+        placement.cache["row_stats"] = coordinate_stats(placement.model["name"], placement.path)
     return time.perf_counter() - start
 
 
 def problem_on_disk(placement):
-    """The experiment's problem with X left in the cache's X.npy (a fresh reader per arm, so
-    each arm's bytes are its own)."""
+    """The experiment's problem with X left on disk in the cache (X.npy, or its sample-major
+    copy for a classifier; a fresh reader per arm, so each arm's bytes are its own)."""
     prepare_on_disk(placement)
     return build_problem_on_disk(placement.model, placement.path, placement.y, placement.cache["row_stats"])
 

@@ -15,6 +15,7 @@ from solvers.glm.models import MODELS
 from solvers.duhl.on_disk import OnDisk
 from solvers.glm.problems import make_problem, make_problem_on_disk
 from tasks.data import DataError
+from tasks.data.rows import sample_major
 
 
 def is_classifier(model: str) -> bool:
@@ -58,22 +59,34 @@ def build_problem(model_cfg: Mapping[str, Any], X, y):
 
 
 def build_problem_on_disk(model_cfg: Mapping[str, Any], folder, y, row_stats=None):
-    """The GLM problem with its coordinate data left on disk: the cached dataset's ``X.npy``
-    (Fortran order: each feature a contiguous run, read past the page cache). Regression
-    models (the Lasso family); ``row_stats`` = (sum, sum of squares) of each feature, else
-    one pass over the file."""
+    """The GLM problem with its coordinate data left on disk. Regression models (the Lasso
+    family): the cached dataset's ``X.npy`` (Fortran order: each feature a contiguous run, read
+    past the page cache). Classifiers (solved in the dual, a sample per coordinate): its
+    sample-major copy (tasks.data.rows.sample_major: ``X_rows.npy``, written once), read with
+    the labels' signs applied. ``row_stats`` = (sum, sum of squares) of each coordinate (from
+    :func:`coordinate_stats`), else one pass over the file."""
     kwargs = dict(model_cfg)
     model = kwargs.pop("name")
+    return make_problem_on_disk(model, OnDisk(on_disk_path(model, folder)), labels_for(model, y),
+                                row_stats=row_stats, **kwargs)
+
+
+def on_disk_path(model: str, folder) -> Path:
+    """The file a model reads from disk: X.npy (features contiguous) or, for a classifier, the
+    sample-major copy (made now if the cache entry has none yet)."""
+    if is_classifier(model):
+        return sample_major(folder)
     path = Path(folder) / "X.npy"
     if not path.exists():
         raise DataError(f"host_budget needs a dense dataset in the cache's X.npy; {path} does not exist "
                         "(sparse and LIBSVM data stay in RAM).")
-    return make_problem_on_disk(model, OnDisk(path), labels_for(model, y), row_stats=row_stats, **kwargs)
+    return path
 
 
-def feature_stats(folder):
-    """(sum, sum of squares) of each feature of the cache's X.npy: one pass past the page cache."""
-    return OnDisk(Path(folder) / "X.npy").row_stats()
+def coordinate_stats(model: str, folder):
+    """(sum, sum of squares) of each coordinate's data in the file ``model`` reads from disk
+    (features of X.npy, or samples of its sample-major copy): one pass past the page cache."""
+    return OnDisk(on_disk_path(model, folder)).row_stats()
 
 
 WARMUP_COLUMNS = 256

@@ -18,6 +18,9 @@ of the coordinates on this project's machine, against about 1 GB/s here). So:
   (``POSIX_FADV_DONTNEED``, widened to page bounds: it drops only whole pages).
 - Adjacent coordinates coalesce into one request of at most ``max_request`` bytes (and
   512 buffers: IOV_MAX is 1024); a few threads issue them, since ``preadv`` releases the GIL.
+- ``scale``: each coordinate multiplied by its own factor as it lands, in the reader's
+  threads, in the bounce buffer's copy where there is one (the dual models' rows y_i x_i from
+  the plain X, with y_i = +-1: exact).
 
 NumPy and the standard library only; Linux (O_DIRECT, posix_fadvise, /proc/self/mounts).
 """
@@ -32,30 +35,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from solvers.duhl.disk_files import PAGE, RAM_FILE_SYSTEMS, aligned_empty, fs_type, read_npy_header
+from solvers.duhl.disk_files import PAGE, RAM_FILE_SYSTEMS, aligned_empty, fs_type, open_direct, read_npy_header
 from solvers.duhl.disk_files import write_coordinate_major  # noqa: F401 - part of this module's API
 
 __all__ = ["DiskMatrix", "ReadStats", "aligned_empty", "write_coordinate_major"]
 
 MAX_IOV = 512  # buffers per preadv, well under Linux's IOV_MAX of 1024
-
-
-def _open_direct(path):
-    """(fd, alignment) for O_DIRECT reads of ``path``, or (None, None) where refused. The
-    alignment is probed (512 bytes on a disk with 512-byte logical blocks, 4096 on others)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
-    except OSError:
-        return None, None
-    probe = mmap.mmap(-1, 2 * PAGE)
-    for align in (512, 1024, 2048, 4096):
-        try:
-            os.preadv(fd, [memoryview(probe)[align:2 * align]], align)
-            return fd, align
-        except OSError:
-            continue
-    os.close(fd)
-    return None, None
 
 
 @dataclass
@@ -83,6 +68,7 @@ class _Request:
     length: int
     iov: list = field(default_factory=list)
     pieces: list = field(default_factory=list)
+    scales: object = None  # each destination's factors (scale[coords]): applied after the read
 
 
 class DiskMatrix:
@@ -96,9 +82,12 @@ class DiskMatrix:
     ``useful_bytes`` add up every read (thread-safe); a pickled copy reopens the file by
     path, its counters at 0. Buffered reads count whole pages; with several threads two
     requests may share an edge page the OS reads once, so the OS's count may be lower.
+
+    ``scale``: None, or one factor per coordinate: what a read delivers is coordinate i
+    times scale[i] (multiplied in the reader's threads, while other requests are in flight).
     """
 
-    def __init__(self, path, *, threads=4, max_request=8 << 20, direct=None):
+    def __init__(self, path, *, threads=4, max_request=8 << 20, direct=None, scale=None):
         if int(threads) < 1:
             raise ValueError(f"The 'threads' parameter of DiskMatrix must be an int >= 1. Got {threads!r} instead.")
         if int(max_request) < PAGE:
@@ -113,6 +102,7 @@ class DiskMatrix:
             raise ValueError(f"DiskMatrix needs a 2-D numeric .npy; {self.path} holds a {dtype} array of shape {shape}")
         self.fortran = fortran
         self.shape = (shape[1], shape[0]) if fortran else shape
+        self.scale = self._check_scale(scale, dtype)
         self.dtype, self.itemsize, self.ndim = dtype, dtype.itemsize, 2
         self.row_bytes = self.shape[1] * dtype.itemsize
         self.nbytes = self.shape[0] * self.row_bytes
@@ -120,7 +110,7 @@ class DiskMatrix:
             raise ValueError(f"{self.path} is truncated: its header announces {self.nbytes} data bytes, "
                              f"the file holds {size - self.offset}")
         self.fs_type = fs_type(self.path)
-        fd, self.align = (None, None) if direct is False or self.fs_type in RAM_FILE_SYSTEMS else _open_direct(self.path)
+        fd, self.align = (None, None) if direct is False or self.fs_type in RAM_FILE_SYSTEMS else open_direct(self.path)
         if fd is None:
             if direct:
                 raise OSError(f"O_DIRECT is not available for {self.path} (file system {self.fs_type}"
@@ -139,7 +129,17 @@ class DiskMatrix:
                 f"{'Fortran' if self.fortran else 'C'} order, {how} on {self.fs_type})")
 
     def __getstate__(self):
-        return {"path": self.path, "threads": self.threads, "max_request": self.max_request, "direct": self._direct_asked}
+        return {"path": self.path, "threads": self.threads, "max_request": self.max_request,
+                "direct": self._direct_asked, "scale": self.scale}
+
+    def _check_scale(self, scale, dtype):
+        if scale is None:
+            return None
+        s = np.asarray(scale)
+        if s.shape != (self.shape[0],) or s.dtype.kind not in "iuf" or not np.isfinite(s).all():
+            raise ValueError(f"The 'scale' parameter of DiskMatrix must be None or {self.shape[0]} finite numbers, "
+                             f"one per coordinate. Got a {s.shape} {s.dtype} array instead.")
+        return s.astype(dtype)  # multiplied in the data's precision (exact for +-1)
 
     def __setstate__(self, state):
         path = state.pop("path")
@@ -259,24 +259,38 @@ class DiskMatrix:
                     for p in range(0, stride, piece):
                         n = min(piece, stride - p)
                         dst = view[int(rr[0]) * stride + p:int(rr[0]) * stride + p + n]
-                        reqs.append(self._request(start + p, [dst], direct_ok))
+                        reqs.append(self._request(start + p, [dst], direct_ok, cc[:1]))
                 elif np.all(np.diff(rr) == 1):  # consecutive rows: one destination
-                    reqs.append(self._request(start, [view[int(rr[0]) * stride:(int(rr[-1]) + 1) * stride]], direct_ok))
+                    reqs.append(self._request(start, [view[int(rr[0]) * stride:(int(rr[-1]) + 1) * stride]],
+                                              direct_ok, cc))
                 else:
-                    reqs.append(self._request(start, [view[int(x) * stride:(int(x) + 1) * stride] for x in rr], direct_ok))
+                    reqs.append(self._request(start, [view[int(x) * stride:(int(x) + 1) * stride] for x in rr],
+                                              direct_ok, cc))
         return reqs
 
-    def _request(self, start, dsts, direct_ok):
+    def _request(self, start, dsts, direct_ok, coords):
         length = sum(d.nbytes for d in dsts)
+        scales = None if self.scale is None else self.scale[coords]
         if direct_ok:
-            return _Request(start, length, iov=dsts)
+            return _Request(start, length, iov=dsts, scales=scales)
         lo = start - start % self.align
         hi = -(-(start + length) // self.align) * self.align
         pieces, pos = [], start - lo
         for d in dsts:
             pieces.append((pos, d))
             pos += d.nbytes
-        return _Request(lo, hi - lo, pieces=pieces)
+        return _Request(lo, hi - lo, pieces=pieces, scales=scales)
+
+    def _scale(self, q, src=None):
+        """Multiply what ``q`` delivered by its coordinates' factors: in place (``src`` None), or
+        from the bounce buffer ``src`` as it is copied out (one pass over the bytes, not two)."""
+        pieces = q.pieces if src is not None else [(0, d) for d in q.iov]
+        # a factor per destination (a row, or a piece of one), or one destination for a run of rows
+        factors = q.scales[:, None] if len(pieces) == q.scales.size else [q.scales[:, None]]
+        for (pos, d), f in zip(pieces, factors):
+            dst = np.frombuffer(d, self.dtype).reshape(f.shape[0], -1)
+            data = dst if src is None else src[pos:pos + d.nbytes].view(self.dtype).reshape(dst.shape)
+            np.multiply(data, f, out=dst)
 
     # ---------------------------------------------------------------- execution ---
     def _bounce(self, n):
@@ -296,8 +310,12 @@ class DiskMatrix:
             if got < q.pieces[-1][0] + q.pieces[-1][1].nbytes:  # the file shrank since it was opened
                 raise EOFError(f"{self.path} ends at byte {q.offset + got}, before the data its header announces")
             src = np.frombuffer(buf, np.uint8)
-            for pos, d in q.pieces:
+            if q.scales is not None:
+                self._scale(q, src)
+            for pos, d in q.pieces if q.scales is None else ():
                 np.copyto(np.frombuffer(d, np.uint8), src[pos:pos + d.nbytes])
+        if q.scales is not None and q.iov:
+            self._scale(q)
         if not self.direct:  # drop the pages just read; DONTNEED drops whole pages only
             lo = q.offset - q.offset % PAGE
             hi = -(-(q.offset + got) // PAGE) * PAGE

@@ -17,7 +17,7 @@ import struct
 
 import numpy as np
 
-__all__ = ["aligned_empty", "fs_type", "read_npy_header", "write_coordinate_major"]
+__all__ = ["aligned_empty", "fs_type", "open_direct", "read_npy_header", "write_coordinate_major"]
 
 PAGE = mmap.PAGESIZE
 RAM_FILE_SYSTEMS = {"tmpfs", "ramfs", "hugetlbfs"}  # O_DIRECT "works" there, but the data is RAM
@@ -34,6 +34,24 @@ def aligned_empty(shape, dtype=np.float64, align=4096) -> np.ndarray:
                          f"Got {align} instead.")
     buf = mmap.mmap(-1, max(PAGE, -(-nbytes // PAGE) * PAGE))
     return np.frombuffer(buf, dtype=np.uint8, count=nbytes).view(dtype).reshape(shape)
+
+
+def open_direct(path):
+    """(fd, alignment) for O_DIRECT reads of ``path``, or (None, None) where refused. The
+    alignment is probed (512 bytes on a disk with 512-byte logical blocks, 4096 on others)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+    except OSError:
+        return None, None
+    probe = mmap.mmap(-1, 2 * PAGE)
+    for align in (512, 1024, 2048, 4096):
+        try:
+            os.preadv(fd, [memoryview(probe)[align:2 * align]], align)
+            return fd, align
+        except OSError:
+            continue
+    os.close(fd)
+    return None, None
 
 
 def fs_type(path) -> str:

@@ -7,6 +7,8 @@ coordinates (read in chunks through a buffer, the next chunk read while the
 kernel runs on this one), A^T a (only the coordinates with a_i != 0 are read),
 row statistics in one pass, and reads of chosen coordinates into a resident
 block. Every byte it reads is counted by the matrix (``bytes_read``, ``read_s``).
+The dual models' coordinates y_i x_i come from the plain sample-major X with the
+labels' signs applied as the rows land (:meth:`OnDisk.scaled`).
 """
 
 import time
@@ -35,7 +37,19 @@ class OnDisk:
         self.buffer_bytes = int(buffer_bytes)
 
     def __repr__(self):
-        return f"OnDisk({self.matrix!r})"
+        return f"OnDisk({self.matrix!r}{'' if self.scale is None else ', scaled'})"
+
+    @property
+    def scale(self):
+        """Each coordinate's factor applied on read (None: the file's values)."""
+        return self.matrix.scale
+
+    def scaled(self, scale):
+        """A fresh reader of the same file whose coordinate i reads as scale[i] times the file's
+        (its own counters at 0): the dual models' signed rows y_i x_i from the plain X."""
+        m = self.matrix
+        return OnDisk(DiskMatrix(m.path, threads=m.threads, max_request=m.max_request, direct=m._direct_asked,
+                                 scale=scale), buffer_bytes=self.buffer_bytes)
 
     @property
     def bytes_read(self):

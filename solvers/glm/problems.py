@@ -218,21 +218,46 @@ def _regression_from(model, A, y, params, n, d, sums, sq):
 
 
 def make_problem_on_disk(name, data, y, row_stats=None, owner=None, **params):
-    """A regression :class:`Problem` whose coordinate data (feature columns) stay on disk:
-    ``data`` is a solvers.duhl.on_disk.OnDisk of the (n_features, n_samples) matrix X^T.
-    ``row_stats`` = (sum, sum of squares) of each feature, if the store recorded them
-    (else one pass over the data computes them)."""
+    """A :class:`Problem` whose coordinate data stay on disk (``data``: a
+    solvers.duhl.on_disk.OnDisk). Regression models: ``data`` holds X^T, (n_features,
+    n_samples), a feature per coordinate; ``row_stats`` = (sum, sum of squares) of each
+    feature. Classifiers (solved in the dual): ``data`` holds X itself, (n_samples,
+    n_features) in C order, a sample per coordinate, read with the labels' signs applied
+    (y_i x_i, exact); ``row_stats``: (sum, sum of squares) of each sample's row of X. Without
+    ``row_stats`` one pass over the data computes them."""
     model = get_model(name)
-    if model.classifier:
-        raise ValueError(f"data on disk is built for the regression models (lasso, ridge, elastic_net) so "
-                         f"far; {model.estimator} needs its data in memory.")
     params = model_params(name, owner, **params)
     y = check_array(y, ensure_2d=False, dtype=np.float64, input_name="y")
+    if model.classifier:
+        return _classification_on_disk(model, data, y, row_stats, params, owner or model.estimator)
     d, n = data.shape
     if y.shape != (n,):
         raise ValueError(f"y has shape {y.shape}; the data on disk holds {n} samples of {d} features.")
     sums, sq = data.row_stats() if row_stats is None else (np.asarray(row_stats[0]), np.asarray(row_stats[1]))
     return _regression_from(model, data, y, params, n, d, sums, sq)
+
+
+def _classification_on_disk(model, data, y, row_stats, params, owner):
+    if params["fit_intercept"]:
+        raise ValueError(f"The 'fit_intercept' parameter of {owner} must be False with the data on disk "
+                         "(host_budget): the file holds no intercept column. Got True instead.")
+    n, d = data.shape
+    if y.shape != (n,):
+        raise ValueError(f"The data on disk for {owner} must hold one sample per coordinate (an (n_samples, "
+                         f"n_features) C-order .npy): it holds {n} coordinates of {d} values, and y has "
+                         f"shape {y.shape}.")
+    classes = np.unique(y)
+    if classes.shape[0] != 2:
+        raise ValueError(f"{model.estimator} needs exactly two classes in y for one problem; "
+                         f"got {classes.shape[0]} ({classes[:5].tolist()}).")
+    A = data.scaled(np.where(y == classes[1], 1.0, -1.0))
+    sq = A.row_stats()[1] if row_stats is None else np.asarray(row_stats[1], dtype=np.float64)
+    theta = model.theta(params, 0.0)
+    P0 = n * float(model.math.g_conj(theta, 0.0))  # the user's primal at w = 0: sum_i loss_i(0)
+    return Problem(name=model.name, A=A, b=np.zeros(d), c=1.0, mu=np.zeros(n), sqnorm=sq, theta=theta,
+                   params=params, P0=P0, dual_form=True, n_samples=n, n_features=d,
+                   info={"classes": classes, "fit_intercept": False,
+                         "intercept_scaling": float(params["intercept_scaling"])})
 
 
 def _classification_problem(model, X, y, params):

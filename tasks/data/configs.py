@@ -30,7 +30,8 @@ class SyntheticDenseData:
     rho**|j-k| (ar1). ``n_groups`` (equicorrelated only) cuts the features into
     that many contiguous groups, equicorrelated within a group and independent
     across groups (features from independent sources; 1: all features one group).
-    Classification models use sign(y) as labels.
+    Classification models train on y split at its median (tasks.problems.labels_for: +1 above;
+    balanced classes, about 3% of them flipped by the noise at noise=0.1).
     """
 
     name: str = "synthetic_dense"

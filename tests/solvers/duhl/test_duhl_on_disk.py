@@ -117,7 +117,11 @@ def test_bad_budgets_name_the_parameter(store, bad, message):
         DuHL(**bad).solve(problem)
 
 
-def test_classifiers_on_disk_are_refused_by_name(store):
+def test_a_classifier_on_the_lassos_layout_is_refused_by_name(store):
+    """A classifier reads samples (tests/solvers/duhl/test_duhl_on_disk_dual.py): X^T (a feature per
+    coordinate) is not its layout, and an intercept has no column in the file."""
     path, X, y = store
-    with pytest.raises(ValueError, match="regression models .* LinearSVC needs its data in memory"):
-        make_problem_on_disk("svm", OnDisk(path), np.sign(y))
+    with pytest.raises(ValueError, match=r"The 'fit_intercept' parameter of LinearSVC must be False with the data on disk"):
+        make_problem_on_disk("svm", OnDisk(path), np.sign(y - np.median(y)))
+    with pytest.raises(ValueError, match=r"LinearSVC must hold one sample per coordinate"):
+        make_problem_on_disk("svm", OnDisk(path), np.sign(y - np.median(y)), fit_intercept=False)
