@@ -36,6 +36,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from solvers.glm.trace import SolveResult, Trace
+from tasks.peer_scores import _hinge, dual_point, evaluate, peer_data  # noqa: F401 (dual_point: re-exported)
 from tasks.stoppable import FitCut, StoppableFits
 
 TOLS = tuple(10.0 ** -k for k in range(2, 13))           # 1e-2 .. 1e-12
@@ -47,62 +48,6 @@ class PeerUnsupported(Exception):
 
 
 PeerResult = SolveResult
-
-
-# ----------------------------------------------------------- evaluation ---
-def peer_data(problem, seed=0):
-    """(X, y) with the Problem's objective, as a scikit-learn style peer takes them."""
-    if not problem.dual_form:
-        return problem.A.T, problem.b          # Fortran view / CSC: what CD solvers want
-    t = np.where(np.random.default_rng(seed).random(problem.n_coords) < 0.5, -1.0, 1.0)
-    if problem.sparse:
-        X = sp.diags(t) @ problem.A
-        return sp.csr_matrix(X, dtype=np.float64), t
-    return np.asarray(problem.A, dtype=np.float64) * t[:, None], t
-
-
-def _hinge(problem):
-    return problem.name == "svm" and problem.params["loss"] == "hinge"
-
-
-def dual_point(problem, w, margins=None):
-    """A feasible dual point a (one per sample) built from the primal w by the KKT conditions
-    (the model's ``dual_from_margin``); the hinge's margin points, where those conditions
-    allow any a_i in [0, C], by a box-constrained least squares fit of w = A^T a."""
-    m = np.asarray(problem.A @ w, dtype=np.float64) if margins is None else margins
-    a = problem.model.dual_from_margin(problem.theta, m)
-    if not _hinge(problem):
-        return a
-    C = problem.params["C"]
-    free = np.flatnonzero(np.abs(m - 1.0) <= 1e-3)
-    if 0 < free.size <= 20000:
-        from scipy.optimize import lsq_linear
-
-        fixed = a.copy()
-        fixed[free] = 0.0
-        target = np.asarray(w - problem.A.T @ fixed, dtype=np.float64)
-        AS = problem.A[free].T
-        AS = sp.csr_matrix(AS) if problem.sparse else np.asarray(AS, dtype=np.float64)
-        fit = lsq_linear(AS, target, bounds=(0.0, C), lsmr_tol="auto", max_iter=200)
-        a[free] = fit.x
-    return a
-
-
-def evaluate(problem, w):
-    """(primal, dual, gap) of the peer's coefficients, by our objective code: for the
-    regressions the certificate our solvers stop on (the state's own smallest valid gap,
-    solvers.glm.certificates; no history of other states)."""
-    w = np.asarray(w, dtype=np.float64).ravel()
-    if not problem.dual_form:
-        z, off = problem.state_from(w)
-        return problem.certify(w, z, off)[:3]
-    off = np.zeros(1)
-    zeros = np.zeros(problem.n_coords)
-    primal = 0.5 * float(w @ w) + float(problem.coordinate_gaps(zeros, w, off).sum())
-    a = dual_point(problem, w)
-    Aa = np.asarray(problem.A.T @ a, dtype=np.float64)
-    gap = float(problem.coordinate_gaps(a, w, off).sum()) + 0.5 * float((w - Aa) @ (w - Aa))
-    return primal, primal - gap, gap
 
 
 # ---------------------------------------------------------- the peers ---
@@ -204,6 +149,19 @@ def _snapml(problem, X, y, knob, method):
     return lambda: np.asarray(est.fit(X, y).coef_).ravel()
 
 
+# dask-glm reads row chunks: they are C-ordered once per schedule, not at every point (4 GB:
+# 74 s under load, untimed). dask's from_array copies a NumPy array each call: _Rows hides .copy.
+_ROWS = {}
+
+
+class _Rows:
+    def __init__(self, X):
+        self.X, self.shape, self.dtype, self.ndim = X, X.shape, X.dtype, X.ndim
+
+    def __getitem__(self, key):
+        return self.X[key]
+
+
 def _daskml(problem, X, y, knob, method):
     import dask
     import dask.array as da
@@ -214,11 +172,14 @@ def _daskml(problem, X, y, knob, method):
         raise PeerUnsupported("dask-glm runs on dense dask arrays only here (sparse needs pydata/sparse chunks)")
     p = problem.params
     n = problem.n_samples
-    X = _centred_dense(problem, X, "dask-glm") if not problem.dual_form else X
-    if not (X.flags.c_contiguous or X.flags.f_contiguous):  # a Fortran view (of a file) stays one: no copy
-        X = np.ascontiguousarray(X)
+    key = (id(problem), id(X))  # the last data, kept with its arrays (so their ids stay theirs)
+    if _ROWS.get("key") != key:
+        _ROWS.clear()
+        Xc = np.ascontiguousarray(_centred_dense(problem, X, "dask-glm") if not problem.dual_form else X)
+        _ROWS.update(key=key, held=(problem, X), X=Xc)
+    X = _ROWS["X"]
     chunks = (max(1, -(-X.shape[0] // 4)), X.shape[1])
-    Xd = da.from_array(X, chunks=chunks, name=False)  # no hash of the data (56 s for 4 GB here, untimed)
+    Xd = da.from_array(_Rows(X), chunks=chunks, name=False, asarray=True)  # row blocks of X: views
     if problem.name in ("lasso", "elastic_net", "ridge"):
         family = families.Normal      # sum (y - Xb)^2: twice n times scikit-learn's objective
         if problem.name == "lasso":
