@@ -160,7 +160,9 @@ def test_a_signal_during_a_peers_long_fit_ends_the_run_killed_at_once(cli, tmp_p
     finally:
         if process.poll() is None:
             process.kill()
-    assert took < 15, f"the run took {took:.1f} s to end after the signal"
+    # the exit (runs closed KILLED, the interpreter's shutdown) takes seconds on a loaded machine;
+    # the fit in flight would have taken minutes (before, the signal waited for it: 131 s here)
+    assert took < 30, f"the run took {took:.1f} s to end after the signal"
     assert process.returncode == (143 if stop == signal.SIGTERM else 130) or (
         stop == signal.SIGINT and process.returncode == -signal.SIGINT)
     runs = all_runs(cli.uri)
