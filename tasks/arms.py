@@ -72,12 +72,12 @@ def warmup(model_cfg: Mapping[str, Any], X, y, arms: Mapping[str, Mapping[str, A
     for settings in arms.values():
         if not getattr(solver_class(settings), "warmup", True):
             continue  # nothing to compile
-        # a peer fits a schedule of tolerances: its first fit compiles it (a tiny max_time stops there)
-        peer = getattr(solver_class(settings), "library", None) is not None
-        small = {**settings, "max_epochs": 2, "tol": 0.1 if peer else 0.0, "max_time": 1e-9 if peer else None,
-                 "host_budget": None,
+        small = {**settings, "max_epochs": 2, "tol": 0.0, "max_time": None, "host_budget": None,
                  "memory_budget": None if settings.get("memory_budget") is None else 0.5}
-        make_solver(small).solve(problem)
+        if getattr(solver_class(settings), "library", None) is not None:
+            make_solver(small).warm_up(problem)  # a peer: its first fit, in this process (its fits fork from it)
+        else:
+            make_solver(small).solve(problem)
     return time.perf_counter() - start
 
 

@@ -26,6 +26,7 @@ intercept column (if any) as a penalised feature, as liblinear does.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import statistics
 import time
@@ -35,6 +36,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from solvers.glm.trace import SolveResult, Trace
+from tasks.peer_scores import _hinge, dual_point, evaluate, peer_data  # noqa: F401 (dual_point: re-exported)
+from tasks.stoppable import FitCut, StoppableFits
 
 TOLS = tuple(10.0 ** -k for k in range(2, 13))           # 1e-2 .. 1e-12
 ITERS = tuple(2 ** k for k in range(0, 12))                # 1 .. 2048
@@ -47,68 +50,12 @@ class PeerUnsupported(Exception):
 PeerResult = SolveResult
 
 
-# ----------------------------------------------------------- evaluation ---
-def peer_data(problem, seed=0):
-    """(X, y) with the Problem's objective, as a scikit-learn style peer takes them."""
-    if not problem.dual_form:
-        return problem.A.T, problem.b          # Fortran view / CSC: what CD solvers want
-    t = np.where(np.random.default_rng(seed).random(problem.n_coords) < 0.5, -1.0, 1.0)
-    if problem.sparse:
-        X = sp.diags(t) @ problem.A
-        return sp.csr_matrix(X, dtype=np.float64), t
-    return np.asarray(problem.A, dtype=np.float64) * t[:, None], t
-
-
-def _hinge(problem):
-    return problem.name == "svm" and problem.params["loss"] == "hinge"
-
-
-def dual_point(problem, w, margins=None):
-    """A feasible dual point a (one per sample) built from the primal w by the KKT conditions
-    (the model's ``dual_from_margin``); the hinge's margin points, where those conditions
-    allow any a_i in [0, C], by a box-constrained least squares fit of w = A^T a."""
-    m = np.asarray(problem.A @ w, dtype=np.float64) if margins is None else margins
-    a = problem.model.dual_from_margin(problem.theta, m)
-    if not _hinge(problem):
-        return a
-    C = problem.params["C"]
-    free = np.flatnonzero(np.abs(m - 1.0) <= 1e-3)
-    if 0 < free.size <= 20000:
-        from scipy.optimize import lsq_linear
-
-        fixed = a.copy()
-        fixed[free] = 0.0
-        target = np.asarray(w - problem.A.T @ fixed, dtype=np.float64)
-        AS = problem.A[free].T
-        AS = sp.csr_matrix(AS) if problem.sparse else np.asarray(AS, dtype=np.float64)
-        fit = lsq_linear(AS, target, bounds=(0.0, C), lsmr_tol="auto", max_iter=200)
-        a[free] = fit.x
-    return a
-
-
-def evaluate(problem, w):
-    """(primal, dual, gap) of the peer's coefficients, by our objective code: for the
-    regressions the certificate our solvers stop on (the state's own smallest valid gap,
-    solvers.glm.certificates; no history of other states)."""
-    w = np.asarray(w, dtype=np.float64).ravel()
-    if not problem.dual_form:
-        z, off = problem.state_from(w)
-        return problem.certify(w, z, off)[:3]
-    off = np.zeros(1)
-    zeros = np.zeros(problem.n_coords)
-    primal = 0.5 * float(w @ w) + float(problem.coordinate_gaps(zeros, w, off).sum())
-    a = dual_point(problem, w)
-    Aa = np.asarray(problem.A.T @ a, dtype=np.float64)
-    gap = float(problem.coordinate_gaps(a, w, off).sum()) + 0.5 * float((w - Aa) @ (w - Aa))
-    return primal, primal - gap, gap
-
-
 # ---------------------------------------------------------- the peers ---
-def _quiet():
-    ctx = warnings.catch_warnings()
-    ctx.__enter__()
-    warnings.simplefilter("ignore")
-    return ctx
+def _quietly(fit):
+    """fit() with the libraries' warnings (convergence, deprecation) silenced."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return fit()
 
 
 def _centred_dense(problem, X, library):
@@ -202,6 +149,19 @@ def _snapml(problem, X, y, knob, method):
     return lambda: np.asarray(est.fit(X, y).coef_).ravel()
 
 
+# dask-glm reads row chunks: they are C-ordered once per schedule, not at every point (4 GB:
+# 74 s under load, untimed). dask's from_array copies a NumPy array each call: _Rows hides .copy.
+_ROWS = {}
+
+
+class _Rows:
+    def __init__(self, X):
+        self.X, self.shape, self.dtype, self.ndim = X, X.shape, X.dtype, X.ndim
+
+    def __getitem__(self, key):
+        return self.X[key]
+
+
 def _daskml(problem, X, y, knob, method):
     import dask
     import dask.array as da
@@ -212,11 +172,14 @@ def _daskml(problem, X, y, knob, method):
         raise PeerUnsupported("dask-glm runs on dense dask arrays only here (sparse needs pydata/sparse chunks)")
     p = problem.params
     n = problem.n_samples
-    X = _centred_dense(problem, X, "dask-glm") if not problem.dual_form else X
-    if not (X.flags.c_contiguous or X.flags.f_contiguous):  # a Fortran view (of a file) stays one: no copy
-        X = np.ascontiguousarray(X)
+    key = (id(problem), id(X))  # the last data, kept with its arrays (so their ids stay theirs)
+    if _ROWS.get("key") != key:
+        _ROWS.clear()
+        Xc = np.ascontiguousarray(_centred_dense(problem, X, "dask-glm") if not problem.dual_form else X)
+        _ROWS.update(key=key, held=(problem, X), X=Xc)
+    X = _ROWS["X"]
     chunks = (max(1, -(-X.shape[0] // 4)), X.shape[1])
-    Xd = da.from_array(X, chunks=chunks)
+    Xd = da.from_array(_Rows(X), chunks=chunks, name=False, asarray=True)  # row blocks of X: views
     if problem.name in ("lasso", "elastic_net", "ridge"):
         family = families.Normal      # sum (y - Xb)^2: twice n times scikit-learn's objective
         if problem.name == "lasso":
@@ -225,10 +188,10 @@ def _daskml(problem, X, y, knob, method):
             reg, lam = "l2", 2.0 * p["alpha"]       # ||y - Xb||^2 + alpha ||b||^2
         else:
             reg, lam = ElasticNet(weight=p["l1_ratio"]), 2.0 * n * p["alpha"]
-        yd = da.from_array(np.asarray(y, dtype=np.float64), chunks=chunks[0])
+        yd = da.from_array(np.asarray(y, dtype=np.float64), chunks=chunks[0], name=False)
     elif problem.name == "logistic":
         family, reg, lam = families.Logistic, "l2", 1.0 / p["C"]
-        yd = da.from_array((np.asarray(y) > 0).astype(np.float64), chunks=chunks[0])
+        yd = da.from_array((np.asarray(y) > 0).astype(np.float64), chunks=chunks[0], name=False)
     else:
         raise PeerUnsupported("dask-glm has no hinge loss")
     algo = method or ("proximal_grad" if reg != "l2" else "lbfgs")
@@ -279,13 +242,18 @@ class Peer:
     tol : float
         Stop the schedule once our rel_gap of a fit is <= tol.
     max_time : float or None
-        Stop after a fit that took this many seconds (or all fits 10 times that).
+        Seconds of fitting for the whole schedule (the sum of its points' times), as DuHL's
+        max_time is for its run: no point starts once they are spent, and the fit in flight
+        is killed when it reaches what is left (each repeat may take that); the points fitted
+        before stay in the trace, status "max_time".
     max_epochs : float
         Caps the peer's iterations at each point (the warm-up uses a tiny cap).
     repeats : int
         Each point's time is the median of this many fits.
     memory_budget, selection, local_epochs, device, random_state : accepted so a peer
         arm shares the experiment's solver settings; ignored (peers hold all data).
+
+    The fits run in a forked child (tasks/stoppable.py), which can be stopped even inside a C call.
     """
 
     library = None
@@ -300,6 +268,9 @@ class Peer:
         if not (isinstance(repeats, (int, np.integer)) and repeats >= 1):
             raise ValueError(f"The 'repeats' parameter of {self.library} must be an int >= 1. "
                              f"Got {repeats!r} instead.")
+        if not (max_time is None or (isinstance(max_time, (int, float)) and max_time >= 0)):
+            raise ValueError(f"The 'max_time' parameter of {self.library} must be a float >= 0 or None. "
+                             f"Got {max_time!r} instead.")
 
     def fits(self, problem):
         """(knob, a function that builds its fit) for the schedule; raises ImportError."""
@@ -313,50 +284,68 @@ class Peer:
         # built one at a time as the schedule goes: a builder may copy the data (centring)
         return [(knob, lambda knob=knob: build(problem, X, y, knob, method)) for knob in schedule]
 
-    def solve(self, problem):
+    def warm_up(self, problem):
+        """The schedule's first fit in this process, untimed (imports, JIT compilation), so that
+        the fits forked later inherit it; returns seconds."""
+        start = time.perf_counter()
+        for _, make_fit in self.fits(problem)[:1]:
+            _quietly(make_fit())
+        return time.perf_counter() - start
+
+    def _row(self, problem, rnd, time_s, knob, w):
+        primal, dual, gap = evaluate(problem, w)
+        rel = max(gap, 0.0) / problem.P0 if problem.P0 > 0 else 0.0
+        return dict(round=rnd, time_s=time_s, epoch=float(knob), primal=primal, dual=dual, gap=gap, rel_gap=rel,
+                    certified=1, bytes_h2d=0, swaps=0, n_resident=problem.n_coords)
+
+    def solve(self, problem, warm_up=False):
+        """The schedule's fits (``warm_up``: its first fit once more before, untimed, in the child
+        that runs them, its seconds in ``self.warmup_s``), each point scored by our code."""
         fits = self.fits(problem)
         trace = Trace(self.callback)
-        rows, best, total, status = [], None, 0.0, "max_epochs"
-        stalled = 0
-        for rnd, (knob, make_fit) in enumerate(fits, start=1):
-            fit = make_fit()  # untimed: the data as the library takes it
-            times = []
-            for _ in range(self.repeats):
-                ctx = _quiet()
-                try:
-                    t0 = time.perf_counter()
-                    w = fit()
-                    times.append(time.perf_counter() - t0)
-                finally:
-                    ctx.__exit__(None, None, None)
-            elapsed = statistics.median(times)
-            total += sum(times)
-            primal, dual, gap = evaluate(problem, w)
-            rel = max(gap, 0.0) / problem.P0 if problem.P0 > 0 else 0.0
-            rows.append(dict(round=rnd, time_s=elapsed, epoch=float(knob), primal=primal, dual=dual,
-                             gap=gap, rel_gap=rel, certified=1, bytes_h2d=0, swaps=0,
-                             n_resident=problem.n_coords))
-            improved = best is None or rel < 0.9 * best[1]
-            stalled = 0 if improved else stalled + 1
-            if best is None or rel < best[1]:
-                best = (w, rel, primal, dual, gap, elapsed, float(knob))
-            if rel <= self.tol:
-                status = "converged"
-                break
-            # like a DuHL run stopped at max_time: no single fit may take longer (and the
-            # schedule's repeats together at most 10 times as long)
-            if self.max_time is not None and (elapsed >= self.max_time or total >= 10 * self.max_time):
-                status = "max_time"
-                break
-            if stalled >= 5:   # the peer's own stopping rule no longer moves the point
-                break
+        w0 = np.zeros(problem.A.shape[1] if problem.dual_form else problem.n_coords)
+        rows = [self._row(problem, 0, 0.0, 0, w0)]      # where every fit starts, as DuHL's round 0
+        best = (w0, rows[0]["rel_gap"], rows[0]["primal"], rows[0]["dual"], rows[0]["gap"], 0.0, 0.0)
+        spent, status, stalled = 0.0, "max_epochs", 0
+        with StoppableFits(lambda k: functools.partial(_quietly, fits[k][1]())) as child:
+            if warm_up:
+                start = time.perf_counter()
+                child.run(0, None)
+                self.warmup_s = time.perf_counter() - start
+            for rnd, (knob, _) in enumerate(fits, start=1):
+                if self.max_time is not None and spent >= self.max_time:
+                    status = "max_time"
+                    break
+                try:  # the fit is built in the child, untimed: the data as the library takes it
+                    times, w = [], None
+                    for _ in range(self.repeats):
+                        w, seconds = child.run(rnd - 1, None if self.max_time is None else self.max_time - spent)
+                        times.append(seconds)
+                except FitCut:  # the point in flight reached the time left: no row from it
+                    status = "max_time"
+                    break
+                elapsed = statistics.median(times)
+                spent += elapsed
+                row = self._row(problem, rnd, elapsed, knob, w)
+                rows.append(row)
+                rel = row["rel_gap"]
+                stalled = 0 if rel < 0.9 * best[1] else stalled + 1
+                if rel < best[1]:
+                    best = (w, rel, row["primal"], row["dual"], row["gap"], elapsed, float(knob))
+                if rel <= self.tol:
+                    status = "converged"
+                    break
+                if stalled >= 5:   # the peer's own stopping rule no longer moves the point
+                    break
         # the curve in time order (a looser tolerance can, rarely, take longer)
         for row in sorted(rows, key=lambda r: r["time_s"]):
             trace.record(**row)
         w, rel, primal, dual, gap, elapsed, knob = best
+        notes = [f"the fits ran in a forked child process (stopped at max_time, or by a signal, even inside a "
+                 f"C call): its start-up, {1e3 * child.startup_s:.1f} ms, is in no fit's time_s"]
         return PeerResult(a=np.asarray(w, dtype=np.float64).ravel(), v=None, trace=trace.frame(),
                           status=status, primal=primal, dual=dual, gap=gap, rel_gap=rel, time_s=elapsed,
-                          epochs=knob, bytes_h2d=0, n_rounds=len(rows))
+                          epochs=knob, bytes_h2d=0, n_rounds=len(rows) - 1, notes=notes)
 
 
 def _peer_class(name):

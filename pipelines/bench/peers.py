@@ -28,7 +28,6 @@ import math
 import os
 import statistics
 import time
-import warnings
 from datetime import datetime
 from pathlib import Path
 
@@ -155,13 +154,11 @@ def run_ours(problem, arm, repeats, max_time):
 
 
 def run_peer(problem, name, repeats, max_time):
-    t0 = time.perf_counter()
-    for _, make_fit in make_peer(name).fits(problem)[:1]:   # warm-up: import, compile, first fit
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            make_fit()()
-    warm = time.perf_counter() - t0
-    return warm, [make_peer(name, tol=min(TARGETS), max_time=max_time, repeats=repeats).solve(problem)]
+    """A peer's schedule, its fits stopped at max_time in all (each point the median of repeats),
+    after a warm-up (imports, compilation, the first fit) in the child process that runs them."""
+    peer = make_peer(name, tol=min(TARGETS), max_time=max_time, repeats=repeats)
+    result = peer.solve(problem, warm_up=True)
+    return peer.warmup_s, [result]
 
 
 def bench_problem(label, problem, budget_arms, args, bandwidth, log):

@@ -9,6 +9,7 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -127,3 +128,42 @@ def test_interrupted_experiment_ends_every_run_killed(cli, tmp_path, stop):
     assert process.returncode == (143 if stop == signal.SIGTERM else 130) or (
         stop == signal.SIGINT and process.returncode == -signal.SIGINT)
     assert {r.info.status for r in all_runs(cli.uri)} == {"KILLED"}
+
+
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "kill"])
+def test_a_signal_during_a_peers_long_fit_ends_the_run_killed_at_once(cli, tmp_path, stop):
+    """scikit-learn's coordinate descent is one C call (minutes at tol 1e-4 here: a tiny alpha)
+    that returns to Python only when done; the fit runs in a child process (tasks/stoppable.py),
+    so the signal ends the experiment within seconds."""
+    command = [sys.executable, "-m", "pipelines.experiment", *TINY, f"tracking.uri={cli.uri}",
+               f"hydra.run.dir={tmp_path / 'out'}", f"cache_dir={tmp_path / 'cache'}",
+               "experiment=single", "solver=peer_sklearn", "data.n_samples=1000", "data.n_features=1000",
+               "model.alpha=1e-4", "experiment.target_rel_gap=1e-300", "experiment.max_time=600",
+               "tracking.flush_every_s=0.2"]
+    process = subprocess.Popen(command, cwd=PROJECT_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while not arm_run_started(cli.db):
+            assert process.poll() is None, process.stderr.read().decode()[-3000:]
+            assert time.monotonic() < deadline, "no arm run appeared"
+            time.sleep(0.5)
+        while not Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text().split():
+            assert process.poll() is None, process.stderr.read().decode()[-3000:]
+            assert time.monotonic() < deadline, "no fit process appeared"
+            time.sleep(0.2)
+        time.sleep(8.0)  # past the loose tolerances (0.1 s, ~1 s): inside the fit at 1e-4 (minutes)
+        assert process.poll() is None, process.stderr.read().decode()[-3000:]
+        process.send_signal(stop)
+        sent = time.monotonic()
+        process.wait(timeout=60)
+        took = time.monotonic() - sent
+    finally:
+        if process.poll() is None:
+            process.kill()
+    # the exit (runs closed KILLED, the interpreter's shutdown) takes seconds on a loaded machine;
+    # the fit in flight would have taken minutes (before, the signal waited for it: 131 s here)
+    assert took < 30, f"the run took {took:.1f} s to end after the signal"
+    assert process.returncode == (143 if stop == signal.SIGTERM else 130) or (
+        stop == signal.SIGINT and process.returncode == -signal.SIGINT)
+    runs = all_runs(cli.uri)
+    assert {r.info.status for r in runs} == {"KILLED"} and len(runs) == 2  # the experiment and its arm

@@ -284,3 +284,22 @@ def test_an_arm_stopped_by_its_limit_says_so(experiment):
     _, arms = family(experiment.uri)
     assert arms["duhl-gap"].data.tags["status"] == "max_epochs"
     assert arms["duhl-gap"].data.metrics["reached_target"] == 0
+
+
+def test_a_peer_arm_stopped_at_max_time_keeps_its_points_and_says_so(experiment):
+    """scikit-learn's schedule on a Lasso with a tiny alpha (minutes at tol 1e-4): its arm ends
+    at experiment.max_time, FINISHED with status max_time and the points fitted before logged;
+    the fits' times (the trace's time_s, each point from scratch) sum to at most max_time."""
+    import pandas as pd
+
+    experiment(*TINY, "experiment=single", "solver=peer_sklearn", "data.n_samples=1000", "data.n_features=1000",
+               "model.alpha=1e-4", "experiment.target_rel_gap=1e-300", "experiment.max_time=2")
+    _, arms = family(experiment.uri)
+    run = arms["peer_sklearn"]
+    assert run.info.status == "FINISHED" and run.data.tags["status"] == "max_time"
+    assert run.data.metrics["reached_target"] == 0 and "forked child process" in run.data.tags["notes"]
+    assert (run.info.end_time - run.info.start_time) / 1e3 < 2 + 5  # the slack: builds, our evaluations, MLflow
+    trace = pd.read_csv(experiment.out / "traces" / "peer_sklearn.csv")
+    assert trace["round"].iloc[0] == 0 and len(trace) >= 2 and trace["time_s"].sum() <= 2
+    history = MlflowClient(experiment.uri).get_metric_history(run.info.run_id, "rel_gap")
+    assert 2 <= len(history) <= len(trace) and min(h.value for h in history) == pytest.approx(trace["rel_gap"].min())

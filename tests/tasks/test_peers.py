@@ -176,7 +176,7 @@ def test_peer_arms_are_registered_and_take_the_experiment_settings():
     result = solver.solve(problem("lasso"))
     # the best point of its schedule (tol=0: every tolerance down to 1e-12), scored by us
     assert result.primal == pytest.approx(user_objective("lasso", result.a), rel=1e-10)
-    assert result.rel_gap <= 1e-8 and len(result.trace) == result.n_rounds >= 5
+    assert result.rel_gap <= 1e-8 and len(result.trace) == result.n_rounds + 1 >= 6  # round 0: the start
 
 
 def test_a_missing_library_is_reported_not_raised(monkeypatch):
@@ -186,3 +186,34 @@ def test_a_missing_library_is_reported_not_raised(monkeypatch):
     assert "not importable" in missing_reason("peer_sklearn")
     with pytest.raises(ImportError, match="pip install"):
         make_peer("peer_sklearn").solve(problem("lasso"))
+
+
+def slow_lasso():
+    """Equicorrelated features and a tiny alpha: scikit-learn's CD needs ~0.03 s at tol 1e-2,
+    seconds at 1e-4 and 100,000 epochs (tens of seconds) at 1e-12."""
+    rng = np.random.default_rng(0)
+    Xs = rng.standard_normal((1000, 1000)) + 3 * rng.standard_normal((1000, 1))
+    ys = Xs[:, :20] @ rng.standard_normal(20) + 0.1 * rng.standard_normal(1000)
+    alpha = 1e-4 * np.abs(Xs.T @ ys).max() / 1000
+    return make_problem("lasso", np.asfortranarray(Xs), ys, alpha=alpha, fit_intercept=False)
+
+
+def test_a_peer_stops_at_max_time_and_keeps_the_points_fitted_before():
+    """The fit in flight is killed when the schedule has spent max_time; the arm ends within
+    max_time plus a slack (the untimed builds, our evaluations, the fork), every kept point
+    is a whole fit scored by our objective, and their times sum to at most max_time."""
+    import time
+
+    p = slow_lasso()
+    max_time, slack = 1.0, 3.0
+    start = time.perf_counter()
+    result = make_peer("peer_sklearn", tol=0.0, max_time=max_time).solve(p)
+    wall = time.perf_counter() - start
+    trace = result.trace
+    assert result.status == "max_time" and wall < max_time + slack
+    assert trace["round"].tolist()[0] == 0 and len(trace) >= 2  # the start, and the points before the cut
+    assert trace["time_s"].sum() <= max_time
+    assert trace["epoch"].iloc[-1] > 1e-12  # cut before the schedule's last tolerance
+    for _, row in trace.iterrows():  # the kept points: our objective at coefficients the peer returned
+        assert row["rel_gap"] > 0 and row["primal"] <= p.P0 * (1 + 1e-12)
+    assert result.primal == pytest.approx(evaluate(p, result.a)[0], rel=1e-12)
