@@ -151,32 +151,81 @@ def _swap_in_for(A, B, row_coord, pos, keep, joined, n_joined):
 
 
 @njit(nogil=True, cache=True)
-def _select(policy, gaps, resident, coord_bytes, budget, rng, cursor, chosen, order, keys):
-    """The next block into ``chosen`` (Policy.select's rule; ``order`` and ``keys``:
-    scratch); returns its size."""
-    n = gaps.shape[0]
-    if policy == 0:  # np.lexsort((~resident, -gaps)): largest gap first, resident first on ties
-        k = 0
+def _fill(order, m, coord_bytes, budget, chosen):
+    """The longest prefix of ``order[:m]`` that fits ``budget`` into ``chosen``; its length."""
+    used, k = 0, 0
+    while k < m and used + coord_bytes[order[k]] <= budget:
+        used += coord_bytes[order[k]]
+        chosen[k] = order[k]
+        k += 1
+    return k
+
+
+@njit(nogil=True, cache=True)
+def _gap_order(gaps, resident, threshold, order, keys):
+    """Into ``order``, the coordinates whose gap exceeds ``threshold`` (all: -inf) in the gap
+    policy's order, np.lexsort((~resident, -gaps))'s (largest gap first, NaN last, resident
+    first on ties, then by index), then those whose gap equals it (resident first, by
+    index): a prefix of the whole order. Returns its length."""
+    m = 0
+    for pass_resident in (True, False):
+        for i in range(gaps.shape[0]):
+            if resident[i] == pass_resident and (gaps[i] > threshold or np.isinf(threshold)):
+                order[m] = i
+                keys[m] = -gaps[i]
+                m += 1
+    if m <= 64:  # a stable insertion sort (NaN keys last): no allocation, ~20x faster than argsort for 10
+        for j in range(1, m):
+            key, item = keys[j], order[j]
+            i = j
+            while i > 0 and (keys[i - 1] > key or (np.isnan(keys[i - 1]) and not np.isnan(key))):
+                keys[i] = keys[i - 1]
+                order[i] = order[i - 1]
+                i -= 1
+            keys[i] = key
+            order[i] = item
+    else:
+        order[:m] = order[:m][np.argsort(keys[:m], kind="mergesort")]
+    if not np.isinf(threshold):
         for pass_resident in (True, False):
-            for i in range(n):
-                if resident[i] == pass_resident:
-                    order[k] = i
-                    keys[k] = -gaps[i]
-                    k += 1
-        order[:] = order[np.argsort(keys, kind="mergesort")]
-    elif policy == 1:  # round robin from the cursor
+            for i in range(gaps.shape[0]):
+                if resident[i] == pass_resident and gaps[i] == threshold:
+                    order[m] = i
+                    m += 1
+    return m
+
+
+@njit(nogil=True, cache=True)
+def _select(policy, gaps, resident, coord_bytes, budget, rng, cursor, guess, chosen, order, keys):
+    """The next block into ``chosen``, in the policy's order (Policy.select's rule: the
+    longest prefix of the order that fits ``budget``; ``order``, ``keys``: scratch);
+    returns its size. The gap policy sorts only a prefix of its order that holds about
+    ``guess`` coordinates (the gaps above the guess-th largest one, found in O(n)), more
+    when the block turns out larger: a full sort was 1.4 ms of a 3.8 ms round on w8a's
+    dual SVM (20,000 coordinates, 5,000 in the block)."""
+    n = gaps.shape[0]
+    if policy == 0:
+        size = min(n, max(guess, 16))
+        while True:
+            if 2 * size >= n:  # most of the order: sort it all
+                return _fill(order, _gap_order(gaps, resident, -np.inf, order, keys), coord_bytes, budget, chosen)
+            threshold = -np.partition(-gaps, size - 1)[size - 1]  # the size-th largest gap (NaN last)
+            if np.isnan(threshold):
+                size = n
+                continue
+            m = _gap_order(gaps, resident, threshold, order, keys)
+            k = _fill(order, m, coord_bytes, budget, chosen)
+            if k < m or m == n:  # the block ends inside the sorted prefix: the whole order's block
+                return k
+            size *= 2
+    if policy == 1:  # round robin from the cursor
         for i in range(n):
             order[i] = (i + cursor) % n
     else:  # rng.permutation(n)
         for i in range(n):
             order[i] = i
         rng.shuffle(order)
-    used, k = 0, 0
-    while k < n and used + coord_bytes[order[k]] <= budget:
-        used += coord_bytes[order[k]]
-        chosen[k] = order[k]
-        k += 1
-    return k
+    return _fill(order, n, coord_bytes, budget, chosen)
 
 
 @njit(nogil=True, cache=True)

@@ -56,6 +56,9 @@ def _loop_kernel(fn):
 # rows a slice can record before it returns: a row per round, and a return costs the
 # rows' Python (a few us each), so enough for a slice's rounds on small problems
 HISTORY = 4096
+# a benchmark sets this to np.zeros(len(PARTS)) to time every compiled swap loop's parts
+CLOCK = None
+_NO_CLOCK = np.zeros(0)
 
 
 def routes(solver, problem, rset):
@@ -76,6 +79,30 @@ def routes(solver, problem, rset):
     block = int(rset.capacity_bytes)
     extra = (total - block) - (solver.local_epochs + 1) * block
     return solver.refresh == "auto" and extra <= EXTRA_GAP_BYTES
+
+
+# where run_swap_slice's time goes (see its ``clock``): the kernels (the swap's copies, the stale
+# gaps with the certificate, the epochs, the block's gaps) and the rest (the selection; "other":
+# the loop's own bookkeeping); "slice" is the whole time in the compiled calls
+PARTS = ("selection", "swap", "stale gaps and certificate", "epochs", "block gaps", "other", "slice")
+
+
+@_loop_kernel
+def _lap(clock, part, t, timed):
+    """Time since ``t`` added to ``clock[part]``; the clock now."""
+    if not timed:
+        return 0.0
+    now = _now()
+    clock[part] += now - t
+    return now
+
+
+@_loop_kernel
+def _lap_total(clock, code, t_start, timed):
+    """The slice's time added to its entry; returns ``code``."""
+    if timed:
+        clock[len(PARTS) - 1] += _now() - t_start
+    return code
 
 
 @_loop_kernel
@@ -101,7 +128,7 @@ def _certify(A, stale, a, z, off, mu, c, b, theta, tight, l1, carry_dual, gaps, 
 @_loop_kernel
 def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off, mu, sqnorm, c, b, theta,
                    tight, l1, carry_dual, tol_abs, max_updates, deadline, local_epochs, max_passes, shrinking,
-                   rng, child, gaps, s, resident, counters, history, iterates):
+                   rng, child, gaps, s, resident, counters, history, iterates, clock):
     """Rounds until a certified tolerance, ``max_updates``, ``deadline`` (perf_counter
     seconds) or a full ``history``. Carried between calls: the block (B, row_coord,
     pos: each coordinate's row or -1), the gap memory (gaps, s), ``resident`` and
@@ -109,29 +136,35 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
     the run, sequential cursor, dual_best, 2: no gap known yet (the first call's row 0
     comes from a full pass), 1: every gap fresh, 0: the last round's block's). Each
     history row (see _row) is a round's start state; ``iterates`` receives a copy of a
-    at the first rows of the run. Returns status: 1 converged, 2 max_updates, 3
-    deadline or full history."""
+    at the first rows of the run. ``clock`` (PARTS seconds, when it has that many entries:
+    else nothing is timed) accumulates where the rounds' time goes. Returns status: 1
+    converged, 2 max_updates, 3 deadline or full history."""
     n = a.shape[0]
     chosen = np.empty(n, dtype=np.int64)
     keep = np.zeros(n, dtype=np.bool_)
     joined = np.empty(n, dtype=np.int64)
     visit = np.empty(n, dtype=np.int64)
     order = np.empty(n, dtype=np.int64)
-    keys = np.empty(n)
     stale = np.empty(n, dtype=np.int64)
     positions = np.empty(row_coord.shape[0], dtype=np.int64)
     block = np.empty(row_coord.shape[0], dtype=np.int64)
     out_g = np.empty(n)
     out_s = np.empty(n)
+    keys = np.empty(n)
+    guess = int(1.25 * budget * n / max(1, coord_bytes.sum())) + 16  # coordinates of a mean size that fit
+    timed = clock.shape[0] >= len(PARTS)
+    t_start = _now() if timed else 0.0
     if counters[8] == 2.0:  # row 0: every gap at the start state
         primal, dual, gap = _certify(A, np.arange(n), a, z, off, mu, c, b, theta, tight, l1, carry_dual, gaps, s,
                                      counters, out_g, out_s)
         _row(history, iterates, counters, a, primal, dual, gap, 0, 0)
         counters[8] = 1.0
         if gap <= tol_abs:
-            return 1
+            return _lap_total(clock, 1, t_start, timed)
     while True:
-        k = _select(policy, gaps, resident, coord_bytes, budget, child, int(counters[6]), chosen, order, keys)
+        t = _now() if timed else 0.0
+        k = _select(policy, gaps, resident, coord_bytes, budget, child, int(counters[6]), guess, chosen, order, keys)
+        guess = k + k // 4 + 16  # the next block's size is likely close
         if policy == 1:
             counters[6] = (counters[6] + k) % n
         # the swap: coordinates not in the block join it (their data copied in)
@@ -145,7 +178,9 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
                 n_joined += 1
                 counters[3] += coord_bytes[i]
         counters[2] += n_joined
+        t = _lap(clock, 0, t, timed)
         _swap_in(A, B, row_coord, pos, keep, joined, n_joined)
+        t = _lap(clock, 1, t, timed)
         n_stale, n_gap = 0, 0
         block_gap = 0.0
         for i in range(n):
@@ -166,17 +201,20 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
                 n_active += 1
         resident[:] = keep
         counters[1] += 1
+        t = _lap(clock, 5, t, timed)
         if counters[8] == 0.0:  # the stale gaps at the start state: with the block's, its certificate
             primal, dual, gap = _certify(A, stale[:n_stale], a, z, off, mu, c, b, theta, tight, l1, carry_dual,
                                          gaps, s, counters, out_g, out_s)
             _row(history, iterates, counters, a, primal, dual, gap, counters[1] - 1, k)
+            t = _lap(clock, 2, t, timed)
             if gap <= tol_abs:
-                return 1
+                return _lap_total(clock, 1, t_start, timed)
         passes = local_epochs * min(max_passes, max(1, k // max(1, n_active)))
         for _ in range(passes):  # rng.permutation(visit) as the Python loop draws it: a copy, shuffled
             order[:n_active] = visit[:n_active]
             rng.shuffle(order[:n_active])
             counters[0] += _epoch(B, row_coord, order[:n_active], a, z, off, mu, sqnorm, c, theta)
+        t = _lap(clock, 3, t, timed)
         # the block's gaps at the new state (the others are stale now)
         m = 0
         for i in range(n):
@@ -189,16 +227,19 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
             gaps[block[j]] = out_g[j]
             s[block[j]] = out_s[j]
         counters[8] = 0.0
+        t = _lap(clock, 4, t, timed)
         if counters[0] >= max_updates:
-            return 2
+            return _lap_total(clock, 2, t_start, timed)
         if counters[4] >= history.shape[0] or _now() >= deadline:
-            return 3
+            return _lap_total(clock, 3, t_start, timed)
 
 
-def solve_compiled_swaps(solver, problem, rset, a, z, off, rng, trace, t0, iterates, slice_s=0.2):
+def solve_compiled_swaps(solver, problem, rset, a, z, off, rng, trace, t0, iterates, slice_s=0.2, clock=None):
     """The loop of :class:`solvers.duhl.solver.DuHL` with the resident set ``rset`` (whose
     buffers hold the block), compiled; as :func:`solvers.duhl.swaps.solve_with_swaps`.
-    Returns (status, rounds, (updates, best dual value))."""
+    ``clock``: an array of len(PARTS) seconds to add the loop's time to, by part (a
+    benchmark's; None: CLOCK, usually None: untimed). Returns (status, rounds, (updates,
+    best dual value))."""
     n = problem.n_coords
     A = problem.A
     tol_abs = solver.tol * problem.P0
@@ -245,6 +286,7 @@ def solve_compiled_swaps(solver, problem, rset, a, z, off, rng, trace, t0, itera
     max_updates = float(solver.max_epochs * n)
     loop_params = (int(solver.local_epochs), int(MAX_PASSES_PER_ROUND), bool(solver.shrinking))
     tight, l1, carry, tol_abs = bool(tight), float(l1), bool(carry), float(tol_abs)
+    clock = clock if clock is not None else (CLOCK if CLOCK is not None else _NO_CLOCK)
     status = None
     while status is None:
         deadline = time.perf_counter() + slice_s
@@ -253,7 +295,7 @@ def solve_compiled_swaps(solver, problem, rset, a, z, off, rng, trace, t0, itera
         counters[4] = 0
         code = run_swap_slice(full, block, row_coord, pos, coord_bytes, *scalars, a, z, off, problem.mu, problem.sqnorm,
                               problem.c, problem.b, problem.theta, tight, l1, carry, tol_abs, max_updates, deadline,
-                              *loop_params, rng, child, gaps, s, resident, counters, history, iterates)
+                              *loop_params, rng, child, gaps, s, resident, counters, history, iterates, clock)
         for t, updates, P, D, gap, rnd, bytes_h2d, swaps, n_resident in history[: int(counters[4])]:
             record(rnd, t - t0, updates, P, D, gap, bytes_h2d, swaps, n_resident)
         if code == 1:

@@ -160,3 +160,30 @@ def test_pairwise_sum_is_numpys():
     for n in (0, 1, 7, 8, 9, 127, 128, 129, 255, 256, 1000, 8193, 100_003):
         x = rng.standard_normal(n) * np.exp(5 * rng.standard_normal(n))
         assert compiled._pairwise(x) == float(x.sum()), n
+
+
+@pytest.mark.parametrize("n", [1, 10, 40, 300, 5000])
+def test_gap_selection_is_the_lexsort_prefix(n):
+    """Both loops' gap policy (a sorted prefix of the order only: a threshold found by
+    np.partition, grown while the block does not end inside it) picks the block a full
+    np.lexsort((~resident, -gaps)) picks, in its order: ties (many equal gaps, zeros), NaN
+    gaps, sizes that vary, any first guess of the block's size."""
+    from solvers.duhl.selection import gap_block
+
+    for trial in range(40):
+        rng = np.random.default_rng(trial)
+        gaps = np.round(rng.random(n), 1) if trial % 2 else rng.standard_normal(n) ** 2
+        gaps[rng.random(n) < 0.3] = 0.0
+        if trial % 4 == 3:
+            gaps[rng.random(n) < 0.05] = np.nan
+        resident = rng.random(n) < 0.3
+        coord_bytes = rng.integers(1, 100, n) if trial % 3 else np.full(n, 8)
+        budget = int(coord_bytes.sum() * rng.uniform(0.02, 1.0))
+        order = np.lexsort((~resident, -gaps))
+        expected = order[: int(np.searchsorted(np.cumsum(coord_bytes[order]), budget, side="right"))]
+        for guess in (0, 5, expected.shape[0], n):
+            np.testing.assert_array_equal(gap_block(gaps, resident, coord_bytes, budget, guess), expected)
+            chosen = np.empty(n, np.int64)
+            k = compiled._select(0, gaps, resident, coord_bytes, budget, rng, 0, guess, chosen,
+                                 np.empty(n, np.int64), np.empty(n))
+            np.testing.assert_array_equal(chosen[:k], expected)
