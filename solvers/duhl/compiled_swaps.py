@@ -159,6 +159,7 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
                                      counters, out_g, out_s)
         _row(history, iterates, counters, a, primal, dual, gap, 0, 0)
         counters[8] = 1.0
+        _lap(clock, 2, t_start, timed)
         if gap <= tol_abs:
             return _lap_total(clock, 1, t_start, timed)
     while True:
@@ -181,25 +182,30 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
         t = _lap(clock, 0, t, timed)
         _swap_in(A, B, row_coord, pos, keep, joined, n_joined)
         t = _lap(clock, 1, t, timed)
-        n_stale, n_gap = 0, 0
         block_gap = 0.0
         for i in range(n):
             if keep[i]:
                 block_gap += gaps[i]
         cut = shrink_cut(theta) * block_gap / max(1, k)  # 0, or a small share of the block's gap (logistic)
+        # one pass in coordinate order (as the resident set visits them): the stale gaps (not in
+        # the last round's block), the block's rows, those with a gap above the cut
+        n_stale, n_gap, m = 0, 0, 0
         for i in range(n):
-            if not resident[i]:  # not in the last round's block: its gap is stale
+            if not resident[i]:
                 stale[n_stale] = i
                 n_stale += 1
-            if keep[i] and gaps[i] > cut:
-                n_gap += 1
+            if keep[i]:
+                positions[m] = pos[i]
+                block[m] = i
+                m += 1
+                if gaps[i] > cut:
+                    visit[n_gap] = pos[i]
+                    n_gap += 1
+            resident[i] = keep[i]
         use_gap = shrinking and 0 < n_gap < k  # a working set inside the block
-        n_active = 0
-        for i in range(n):  # in coordinate order, as the resident set visits them
-            if keep[i] and (not use_gap or gaps[i] > cut):
-                visit[n_active] = pos[i]
-                n_active += 1
-        resident[:] = keep
+        n_active = n_gap if use_gap else m
+        if not use_gap:
+            visit[:m] = positions[:m]
         counters[1] += 1
         t = _lap(clock, 5, t, timed)
         if counters[8] == 0.0:  # the stale gaps at the start state: with the block's, its certificate
@@ -216,12 +222,6 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
             counters[0] += _epoch(B, row_coord, order[:n_active], a, z, off, mu, sqnorm, c, theta)
         t = _lap(clock, 3, t, timed)
         # the block's gaps at the new state (the others are stale now)
-        m = 0
-        for i in range(n):
-            if keep[i]:
-                positions[m] = pos[i]
-                block[m] = i
-                m += 1
         _block_gaps(B, positions[:m], block[:m], a, z, off, mu, c, theta, out_g[:m], out_s[:m])
         for j in range(m):
             gaps[block[j]] = out_g[j]
