@@ -32,7 +32,9 @@ from pathlib import Path
 
 import numpy as np
 
-from solvers.duhl.compiled_parts import _block_gaps, _now, _pairwise, _row, _select, _swap_in
+from solvers.duhl.compiled_parts import (NO_PROOF, _block_gaps, _now, _pairwise, _proven, _row, _select, _step,
+                                         _swap_in, zero_gap_kind)
+from solvers.duhl.gap_memory import MARGIN, ROUNDING
 from solvers.duhl.inmemory import _epoch, _gaps
 from solvers.duhl.swaps import MAX_PASSES_PER_ROUND, _child
 from solvers.glm.certificates import form_certificate, residual_stats, tight_lasso
@@ -44,6 +46,11 @@ from solvers.kernels import cpu
 # the Python loop's own cost per round (see routes)
 EXTRA_GAP_BYTES = 4 << 20
 POLICIES = {"gap": 0, "sequential": 1, "random": 2}
+# proofs (solvers.duhl.gap_memory) run when their dual step's reads of u (three a round) are at most
+# this share of the stale data they may spare a round; measured at memory_budget 0.25: w8a[20000]
+# dual SVM (u: 2.4 KB) 18% less CPU to 1e-6, w8a[20000] Lasso (u: 160 KB, 0.23 of it) even, diabetes
+# Lasso (u: 3.5 KB, 0.4) 19% more per round (few zeros to prove)
+PROOF_SHARE = 0.1
 # Numba's cache keys a function on its own file only (numba#1833): the loop's cache files
 # are named after the code it compiles in from other files, so an edit there recompiles
 _SOURCES = ("duhl/compiled_parts.py", "duhl/inmemory.py", "kernels/cpu.py", "glm/certificates.py")
@@ -128,7 +135,7 @@ def _certify(A, stale, a, z, off, mu, c, b, theta, tight, l1, carry_dual, gaps, 
 @_loop_kernel
 def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off, mu, sqnorm, c, b, theta,
                    tight, l1, carry_dual, tol_abs, max_updates, deadline, local_epochs, max_passes, shrinking,
-                   rng, child, gaps, s, resident, counters, history, iterates, clock):
+                   rng, child, gaps, s, resident, counters, history, iterates, clock, proof, proof_arrays):
     """Rounds until a certified tolerance, ``max_updates``, ``deadline`` (perf_counter
     seconds) or a full ``history``. Carried between calls: the block (B, row_coord,
     pos: each coordinate's row or -1), the gap memory (gaps, s), ``resident`` and
@@ -136,7 +143,9 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
     the run, sequential cursor, dual_best, 2: no gap known yet (the first call's row 0
     comes from a full pass), 1: every gap fresh, 0: the last round's block's). Each
     history row (see _row) is a round's start state; ``iterates`` receives a copy of a
-    at the first rows of the run. ``clock`` (PARTS seconds, when it has that many entries:
+    at the first rows of the run. ``proof`` = (kind, parameter, centred) and ``proof_arrays``
+    = (norms, |mu|, path, at, proven, z scratch): the gap memory's proofs (kind NO_PROOF:
+    none; see solvers.duhl.gap_memory), carried between calls. ``clock`` (PARTS seconds, when it has that many entries:
     else nothing is timed) accumulates where the rounds' time goes. Returns status: 1
     converged, 2 max_updates, 3 deadline or full history."""
     n = a.shape[0]
@@ -153,6 +162,9 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
     keys = np.empty(n)
     guess = int(1.25 * budget * n / max(1, coord_bytes.sum())) + 16  # coordinates of a mean size that fit
     timed = clock.shape[0] >= len(PARTS)
+    kind, zp, centred = proof
+    norms, mu_abs, path, at, proven, z_old = proof_arrays
+    shift_old = 0.0
     t_start = _now() if timed else 0.0
     if counters[8] == 2.0:  # row 0: every gap at the start state
         primal, dual, gap = _certify(A, np.arange(n), a, z, off, mu, c, b, theta, tight, l1, carry_dual, gaps, s,
@@ -191,9 +203,11 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
         # the last round's block), the block's rows, those with a gap above the cut
         n_stale, n_gap, m = 0, 0, 0
         for i in range(n):
-            if not resident[i]:
+            if not resident[i] and not proven[i]:
                 stale[n_stale] = i
                 n_stale += 1
+                if counters[8] == 0.0:  # refreshed below, at the dual path's length now
+                    at[i, 0], at[i, 1] = path[0], path[1]
             if keep[i]:
                 positions[m] = pos[i]
                 block[m] = i
@@ -216,6 +230,9 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
             if gap <= tol_abs:
                 return _lap_total(clock, 1, t_start, timed)
         passes = local_epochs * min(max_passes, max(1, k // max(1, n_active)))
+        if kind != NO_PROOF:
+            z_old[:] = z
+            shift_old = c * off[0] * z.shape[0]
         for _ in range(passes):  # rng.permutation(visit) as the Python loop draws it: a copy, shuffled
             order[:n_active] = visit[:n_active]
             rng.shuffle(order[:n_active])
@@ -227,6 +244,17 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
             gaps[block[j]] = out_g[j]
             s[block[j]] = out_s[j]
         counters[8] = 0.0
+        if kind != NO_PROOF:  # how far u moved; the gaps outside the block it proves 0 (GapMemory.moved)
+            u_norm = _step(z_old, z, shift_old, c * off[0] * z.shape[0], centred, path)
+            for i in range(n):
+                if keep[i]:
+                    at[i, 0], at[i, 1] = path[0], path[1]
+                    proven[i] = False
+                else:
+                    proven[i] = _proven(kind, zp, a[i], s[i], norms[i], mu_abs[i], path, at[i], u_norm, MARGIN,
+                                        ROUNDING)
+                    if proven[i]:
+                        gaps[i] = 0.0
         t = _lap(clock, 4, t, timed)
         if counters[0] >= max_updates:
             return _lap_total(clock, 2, t_start, timed)
@@ -287,6 +315,16 @@ def solve_compiled_swaps(solver, problem, rset, a, z, off, rng, trace, t0, itera
     loop_params = (int(solver.local_epochs), int(MAX_PASSES_PER_ROUND), bool(solver.shrinking))
     tight, l1, carry, tol_abs = bool(tight), float(l1), bool(carry), float(tol_abs)
     clock = clock if clock is not None else (CLOCK if CLOCK is not None else _NO_CLOCK)
+    # the gap memory's proofs, with refresh "auto" (refresh "all" computes every gap: nothing to
+    # prove, and the kernels' values decide the selection, as in the Python loop), where they
+    # can pay: their dual step reads u three times a round (see PROOF_SHARE)
+    stale_bytes = int(coord_bytes.sum()) - int(rset.capacity_bytes)
+    pays = 3 * z.nbytes <= PROOF_SHARE * stale_bytes
+    kind, zp = zero_gap_kind(problem) if solver.refresh == "auto" and pays else (NO_PROOF, 0.0)
+    mu_abs = np.abs(problem.mu)
+    proof = (int(kind), float(zp), bool(np.any(mu_abs)))
+    proof_arrays = (np.sqrt(problem.sqnorm), mu_abs, np.zeros(2), np.zeros((n, 2)), np.zeros(n, dtype=bool),
+                    np.empty(z.shape[0]))
     status = None
     while status is None:
         deadline = time.perf_counter() + slice_s
@@ -295,7 +333,8 @@ def solve_compiled_swaps(solver, problem, rset, a, z, off, rng, trace, t0, itera
         counters[4] = 0
         code = run_swap_slice(full, block, row_coord, pos, coord_bytes, *scalars, a, z, off, problem.mu, problem.sqnorm,
                               problem.c, problem.b, problem.theta, tight, l1, carry, tol_abs, max_updates, deadline,
-                              *loop_params, rng, child, gaps, s, resident, counters, history, iterates, clock)
+                              *loop_params, rng, child, gaps, s, resident, counters, history, iterates, clock,
+                              proof, proof_arrays)
         for t, updates, P, D, gap, rnd, bytes_h2d, swaps, n_resident in history[: int(counters[4])]:
             record(rnd, t - t0, updates, P, D, gap, bytes_h2d, swaps, n_resident)
         if code == 1:
