@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from solvers.duhl.compiled_parts import (NO_PROOF, _block_gaps, _now, _pairwise, _proven, _row, _select, _step,
+from solvers.duhl.compiled_parts import (NO_PROOF, _block_gaps, _clock, _now, _pairwise, _proven, _row, _select, _step,
                                          _swap_in, zero_gap_kind)
 from solvers.duhl.gap_memory import MARGIN, ROUNDING
 from solvers.duhl.inmemory import _epoch, _gaps
@@ -63,7 +63,8 @@ def _loop_kernel(fn):
 # rows a slice can record before it returns: a row per round, and a return costs the
 # rows' Python (a few us each), so enough for a slice's rounds on small problems
 HISTORY = 4096
-# a benchmark sets this to np.zeros(len(PARTS)) to time every compiled swap loop's parts
+# a benchmark sets this to np.zeros(len(PARTS)) to time every compiled swap loop's parts (wall
+# clock), or to np.zeros(len(PARTS) + 1) for the thread's CPU time (~0.3 us a reading)
 CLOCK = None
 _NO_CLOCK = np.zeros(0)
 
@@ -99,7 +100,7 @@ def _lap(clock, part, t, timed):
     """Time since ``t`` added to ``clock[part]``; the clock now."""
     if not timed:
         return 0.0
-    now = _now()
+    now = _clock(timed)
     clock[part] += now - t
     return now
 
@@ -108,7 +109,7 @@ def _lap(clock, part, t, timed):
 def _lap_total(clock, code, t_start, timed):
     """The slice's time added to its entry; returns ``code``."""
     if timed:
-        clock[len(PARTS) - 1] += _now() - t_start
+        clock[len(PARTS) - 1] += _clock(timed) - t_start
     return code
 
 
@@ -145,9 +146,10 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
     history row (see _row) is a round's start state; ``iterates`` receives a copy of a
     at the first rows of the run. ``proof`` = (kind, parameter, centred) and ``proof_arrays``
     = (norms, |mu|, path, at, proven, z scratch): the gap memory's proofs (kind NO_PROOF:
-    none; see solvers.duhl.gap_memory), carried between calls. ``clock`` (PARTS seconds, when it has that many entries:
-    else nothing is timed) accumulates where the rounds' time goes. Returns status: 1
-    converged, 2 max_updates, 3 deadline or full history."""
+    none; see solvers.duhl.gap_memory), carried between calls. ``clock`` accumulates where
+    the rounds' time goes, by PARTS (when it has that many entries; the thread's CPU time with
+    one more; else nothing is timed). Returns status: 1 converged, 2 max_updates, 3 deadline
+    or full history."""
     n = a.shape[0]
     chosen = np.empty(n, dtype=np.int64)
     keep = np.zeros(n, dtype=np.bool_)
@@ -161,11 +163,11 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
     out_s = np.empty(n)
     keys = np.empty(n)
     guess = int(1.25 * budget * n / max(1, coord_bytes.sum())) + 16  # coordinates of a mean size that fit
-    timed = clock.shape[0] >= len(PARTS)
+    timed = 0 if clock.shape[0] < len(PARTS) else (2 if clock.shape[0] > len(PARTS) else 1)
     kind, zp, centred = proof
     norms, mu_abs, path, at, proven, z_old = proof_arrays
     shift_old = 0.0
-    t_start = _now() if timed else 0.0
+    t_start = _clock(timed) if timed else 0.0
     if counters[8] == 2.0:  # row 0: every gap at the start state
         primal, dual, gap = _certify(A, np.arange(n), a, z, off, mu, c, b, theta, tight, l1, carry_dual, gaps, s,
                                      counters, out_g, out_s)
@@ -175,7 +177,7 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
         if gap <= tol_abs:
             return _lap_total(clock, 1, t_start, timed)
     while True:
-        t = _now() if timed else 0.0
+        t = _clock(timed) if timed else 0.0
         k = _select(policy, gaps, resident, coord_bytes, budget, child, int(counters[6]), guess, chosen, order, keys)
         guess = k + k // 4 + 16  # the next block's size is likely close
         if policy == 1:
