@@ -13,6 +13,11 @@ seeds, the arms interleaved, after a warm-up (Numba compilation) per arm, report
 apart; with each time to 1e-6 (wall clock, from the trace) the CPU time of the whole
 solve (the process's: less sensitive to a loaded machine, includes the trace's
 post-processing).
+
+``--parts`` adds where the routed arm's rounds spend their time when it runs the compiled
+loop: the thread's CPU time by part (solvers.duhl.compiled_swaps.PARTS: the kernels, and
+outside them the selection and the loop's own bookkeeping), per round, medians over the
+seeds, in separate runs after the timed ones (the clock costs ~0.3 us a reading).
 """
 
 import argparse
@@ -22,6 +27,9 @@ import time
 
 from threadpoolctl import threadpool_limits
 
+import numpy as np
+
+import solvers.duhl.compiled_swaps as compiled_swaps
 import solvers.duhl.solver as duhl_solver
 from pipelines.bench.peers import problems, time_to
 from solvers.duhl.solver import DuHL
@@ -49,12 +57,30 @@ def run(problem, arm, seed, max_epochs=100000, max_time=30.0, share=0.25):
         duhl_solver.routes = routes
 
 
+def round_parts(problem, repeats, share):
+    """The routed arm's compiled rounds: CPU seconds per round by part (medians over seeds),
+    None when DuHL routes to the Python loop."""
+    per = []
+    for seed in range(repeats):
+        compiled_swaps.CLOCK = np.zeros(len(compiled_swaps.PARTS) + 1)  # + 1: the thread's CPU clock
+        try:
+            res = run(problem, "routed", seed, share=share)
+        finally:
+            clock, compiled_swaps.CLOCK = compiled_swaps.CLOCK, None
+        if clock[-2] == 0:
+            return None
+        per.append(clock[:-1] / max(1, res.n_rounds))
+    return np.median(per, axis=0)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--only", default=None, help="problems whose label contains this")
     parser.add_argument("--budget", type=float, default=0.25, help="memory_budget of the arms with part resident")
+    parser.add_argument("--parts", action="store_true", help="the routed arm's CPU time per round, by part")
     args = parser.parse_args()
+    parts = []
     print(f"load average {os.getloadavg()}, repeats {args.repeats}, memory_budget {args.budget}")
     print("| problem | arm | t_1e6 ms | x all resident | CPU ms, whole solve | x all resident | rounds | epochs "
           "| warm-up s |")
@@ -88,6 +114,21 @@ def main():
                 epochs = statistics.median(r.epochs for r, _ in done)
                 print(f"| {label} | {arm} | {t * 1e3:.2f} | {t / base[0]:.2f} | {cpu * 1e3:.1f} | {cpu / base[1]:.2f} "
                       f"| {rounds:.0f} | {epochs:.1f} | {warm[arm]:.2f} |", flush=True)
+            if args.parts:
+                parts.append((label, round_parts(problem, args.repeats, args.budget)))
+    if parts:
+        names = compiled_swaps.PARTS[:-1]
+        print("\nThe routed arm's compiled rounds: CPU us per round by part (medians), the share outside the kernels "
+              "(selection and other) of the compiled calls' time")
+        print("| problem | " + " | ".join(names) + " | outside the kernels |")
+        print("|---" * (len(names) + 2) + "|")
+        for label, per_round in parts:
+            if per_round is None:
+                print(f"| {label} | the Python loop ran |")
+                continue
+            cells = " | ".join(f"{x * 1e6:.1f}" for x in per_round[:-1])
+            outside = (per_round[0] + per_round[5]) / per_round[-1]
+            print(f"| {label} | {cells} | {outside:.1%} |")
     print(f"load average {os.getloadavg()}")
 
 

@@ -32,7 +32,9 @@ from pathlib import Path
 
 import numpy as np
 
-from solvers.duhl.compiled_parts import _block_gaps, _now, _pairwise, _row, _select, _swap_in
+from solvers.duhl.compiled_parts import (NO_PROOF, _block_gaps, _clock, _now, _pairwise, _proven, _row, _select, _step,
+                                         _swap_in, zero_gap_kind)
+from solvers.duhl.gap_memory import MARGIN, ROUNDING
 from solvers.duhl.inmemory import _epoch, _gaps
 from solvers.duhl.swaps import MAX_PASSES_PER_ROUND, _child
 from solvers.glm.certificates import form_certificate, residual_stats, tight_lasso
@@ -44,6 +46,11 @@ from solvers.kernels import cpu
 # the Python loop's own cost per round (see routes)
 EXTRA_GAP_BYTES = 4 << 20
 POLICIES = {"gap": 0, "sequential": 1, "random": 2}
+# proofs (solvers.duhl.gap_memory) run when their dual step's reads of u (three a round) are at most
+# this share of the stale data they may spare a round; measured at memory_budget 0.25: w8a[20000]
+# dual SVM (u: 2.4 KB) 18% less CPU to 1e-6, w8a[20000] Lasso (u: 160 KB, 0.23 of it) even, diabetes
+# Lasso (u: 3.5 KB, 0.4) 19% more per round (few zeros to prove)
+PROOF_SHARE = 0.1
 # Numba's cache keys a function on its own file only (numba#1833): the loop's cache files
 # are named after the code it compiles in from other files, so an edit there recompiles
 _SOURCES = ("duhl/compiled_parts.py", "duhl/inmemory.py", "kernels/cpu.py", "glm/certificates.py")
@@ -56,6 +63,10 @@ def _loop_kernel(fn):
 # rows a slice can record before it returns: a row per round, and a return costs the
 # rows' Python (a few us each), so enough for a slice's rounds on small problems
 HISTORY = 4096
+# a benchmark sets this to np.zeros(len(PARTS)) to time every compiled swap loop's parts (wall
+# clock), or to np.zeros(len(PARTS) + 1) for the thread's CPU time (~0.3 us a reading)
+CLOCK = None
+_NO_CLOCK = np.zeros(0)
 
 
 def routes(solver, problem, rset):
@@ -76,6 +87,30 @@ def routes(solver, problem, rset):
     block = int(rset.capacity_bytes)
     extra = (total - block) - (solver.local_epochs + 1) * block
     return solver.refresh == "auto" and extra <= EXTRA_GAP_BYTES
+
+
+# where run_swap_slice's time goes (see its ``clock``): the kernels (the swap's copies, the stale
+# gaps with the certificate, the epochs, the block's gaps) and the rest (the selection; "other":
+# the loop's own bookkeeping); "slice" is the whole time in the compiled calls
+PARTS = ("selection", "swap", "stale gaps and certificate", "epochs", "block gaps", "other", "slice")
+
+
+@_loop_kernel
+def _lap(clock, part, t, timed):
+    """Time since ``t`` added to ``clock[part]``; the clock now."""
+    if not timed:
+        return 0.0
+    now = _clock(timed)
+    clock[part] += now - t
+    return now
+
+
+@_loop_kernel
+def _lap_total(clock, code, t_start, timed):
+    """The slice's time added to its entry; returns ``code``."""
+    if timed:
+        clock[len(PARTS) - 1] += _clock(timed) - t_start
+    return code
 
 
 @_loop_kernel
@@ -101,7 +136,7 @@ def _certify(A, stale, a, z, off, mu, c, b, theta, tight, l1, carry_dual, gaps, 
 @_loop_kernel
 def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off, mu, sqnorm, c, b, theta,
                    tight, l1, carry_dual, tol_abs, max_updates, deadline, local_epochs, max_passes, shrinking,
-                   rng, child, gaps, s, resident, counters, history, iterates):
+                   rng, child, gaps, s, resident, counters, history, iterates, clock, proof, proof_arrays):
     """Rounds until a certified tolerance, ``max_updates``, ``deadline`` (perf_counter
     seconds) or a full ``history``. Carried between calls: the block (B, row_coord,
     pos: each coordinate's row or -1), the gap memory (gaps, s), ``resident`` and
@@ -109,29 +144,42 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
     the run, sequential cursor, dual_best, 2: no gap known yet (the first call's row 0
     comes from a full pass), 1: every gap fresh, 0: the last round's block's). Each
     history row (see _row) is a round's start state; ``iterates`` receives a copy of a
-    at the first rows of the run. Returns status: 1 converged, 2 max_updates, 3
-    deadline or full history."""
+    at the first rows of the run. ``proof`` = (kind, parameter, centred) and ``proof_arrays``
+    = (norms, |mu|, path, at, proven, z scratch): the gap memory's proofs (kind NO_PROOF:
+    none; see solvers.duhl.gap_memory), carried between calls. ``clock`` accumulates where
+    the rounds' time goes, by PARTS (when it has that many entries; the thread's CPU time with
+    one more; else nothing is timed). Returns status: 1 converged, 2 max_updates, 3 deadline
+    or full history."""
     n = a.shape[0]
     chosen = np.empty(n, dtype=np.int64)
     keep = np.zeros(n, dtype=np.bool_)
     joined = np.empty(n, dtype=np.int64)
     visit = np.empty(n, dtype=np.int64)
     order = np.empty(n, dtype=np.int64)
-    keys = np.empty(n)
     stale = np.empty(n, dtype=np.int64)
     positions = np.empty(row_coord.shape[0], dtype=np.int64)
     block = np.empty(row_coord.shape[0], dtype=np.int64)
     out_g = np.empty(n)
     out_s = np.empty(n)
+    keys = np.empty(n)
+    guess = int(1.25 * budget * n / max(1, coord_bytes.sum())) + 16  # coordinates of a mean size that fit
+    timed = 0 if clock.shape[0] < len(PARTS) else (2 if clock.shape[0] > len(PARTS) else 1)
+    kind, zp, centred = proof
+    norms, mu_abs, path, at, proven, z_old = proof_arrays
+    shift_old = 0.0
+    t_start = _clock(timed) if timed else 0.0
     if counters[8] == 2.0:  # row 0: every gap at the start state
         primal, dual, gap = _certify(A, np.arange(n), a, z, off, mu, c, b, theta, tight, l1, carry_dual, gaps, s,
                                      counters, out_g, out_s)
         _row(history, iterates, counters, a, primal, dual, gap, 0, 0)
         counters[8] = 1.0
+        _lap(clock, 2, t_start, timed)
         if gap <= tol_abs:
-            return 1
+            return _lap_total(clock, 1, t_start, timed)
     while True:
-        k = _select(policy, gaps, resident, coord_bytes, budget, child, int(counters[6]), chosen, order, keys)
+        t = _clock(timed) if timed else 0.0
+        k = _select(policy, gaps, resident, coord_bytes, budget, child, int(counters[6]), guess, chosen, order, keys)
+        guess = k + k // 4 + 16  # the next block's size is likely close
         if policy == 1:
             counters[6] = (counters[6] + k) % n
         # the swap: coordinates not in the block join it (their data copied in)
@@ -145,60 +193,83 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
                 n_joined += 1
                 counters[3] += coord_bytes[i]
         counters[2] += n_joined
+        t = _lap(clock, 0, t, timed)
         _swap_in(A, B, row_coord, pos, keep, joined, n_joined)
-        n_stale, n_gap = 0, 0
+        t = _lap(clock, 1, t, timed)
         block_gap = 0.0
         for i in range(n):
             if keep[i]:
                 block_gap += gaps[i]
         cut = shrink_cut(theta) * block_gap / max(1, k)  # 0, or a small share of the block's gap (logistic)
+        # one pass in coordinate order (as the resident set visits them): the stale gaps (not in
+        # the last round's block), the block's rows, those with a gap above the cut
+        n_stale, n_gap, m = 0, 0, 0
         for i in range(n):
-            if not resident[i]:  # not in the last round's block: its gap is stale
+            if not resident[i] and not proven[i]:
                 stale[n_stale] = i
                 n_stale += 1
-            if keep[i] and gaps[i] > cut:
-                n_gap += 1
-        use_gap = shrinking and 0 < n_gap < k  # a working set inside the block
-        n_active = 0
-        for i in range(n):  # in coordinate order, as the resident set visits them
-            if keep[i] and (not use_gap or gaps[i] > cut):
-                visit[n_active] = pos[i]
-                n_active += 1
-        resident[:] = keep
-        counters[1] += 1
-        if counters[8] == 0.0:  # the stale gaps at the start state: with the block's, its certificate
-            primal, dual, gap = _certify(A, stale[:n_stale], a, z, off, mu, c, b, theta, tight, l1, carry_dual,
-                                         gaps, s, counters, out_g, out_s)
-            _row(history, iterates, counters, a, primal, dual, gap, counters[1] - 1, k)
-            if gap <= tol_abs:
-                return 1
-        passes = local_epochs * min(max_passes, max(1, k // max(1, n_active)))
-        for _ in range(passes):  # rng.permutation(visit) as the Python loop draws it: a copy, shuffled
-            order[:n_active] = visit[:n_active]
-            rng.shuffle(order[:n_active])
-            counters[0] += _epoch(B, row_coord, order[:n_active], a, z, off, mu, sqnorm, c, theta)
-        # the block's gaps at the new state (the others are stale now)
-        m = 0
-        for i in range(n):
+                if counters[8] == 0.0:  # refreshed below, at the dual path's length now
+                    at[i, 0], at[i, 1] = path[0], path[1]
             if keep[i]:
                 positions[m] = pos[i]
                 block[m] = i
                 m += 1
+                if gaps[i] > cut:
+                    visit[n_gap] = pos[i]
+                    n_gap += 1
+            resident[i] = keep[i]
+        use_gap = shrinking and 0 < n_gap < k  # a working set inside the block
+        n_active = n_gap if use_gap else m
+        if not use_gap:
+            visit[:m] = positions[:m]
+        counters[1] += 1
+        t = _lap(clock, 5, t, timed)
+        if counters[8] == 0.0:  # the stale gaps at the start state: with the block's, its certificate
+            primal, dual, gap = _certify(A, stale[:n_stale], a, z, off, mu, c, b, theta, tight, l1, carry_dual,
+                                         gaps, s, counters, out_g, out_s)
+            _row(history, iterates, counters, a, primal, dual, gap, counters[1] - 1, k)
+            t = _lap(clock, 2, t, timed)
+            if gap <= tol_abs:
+                return _lap_total(clock, 1, t_start, timed)
+        passes = local_epochs * min(max_passes, max(1, k // max(1, n_active)))
+        if kind != NO_PROOF:
+            z_old[:] = z
+            shift_old = c * off[0] * z.shape[0]
+        for _ in range(passes):  # rng.permutation(visit) as the Python loop draws it: a copy, shuffled
+            order[:n_active] = visit[:n_active]
+            rng.shuffle(order[:n_active])
+            counters[0] += _epoch(B, row_coord, order[:n_active], a, z, off, mu, sqnorm, c, theta)
+        t = _lap(clock, 3, t, timed)
+        # the block's gaps at the new state (the others are stale now)
         _block_gaps(B, positions[:m], block[:m], a, z, off, mu, c, theta, out_g[:m], out_s[:m])
         for j in range(m):
             gaps[block[j]] = out_g[j]
             s[block[j]] = out_s[j]
         counters[8] = 0.0
+        if kind != NO_PROOF:  # how far u moved; the gaps outside the block it proves 0 (GapMemory.moved)
+            u_norm = _step(z_old, z, shift_old, c * off[0] * z.shape[0], centred, path)
+            for i in range(n):
+                if keep[i]:
+                    at[i, 0], at[i, 1] = path[0], path[1]
+                    proven[i] = False
+                else:
+                    proven[i] = _proven(kind, zp, a[i], s[i], norms[i], mu_abs[i], path, at[i], u_norm, MARGIN,
+                                        ROUNDING)
+                    if proven[i]:
+                        gaps[i] = 0.0
+        t = _lap(clock, 4, t, timed)
         if counters[0] >= max_updates:
-            return 2
+            return _lap_total(clock, 2, t_start, timed)
         if counters[4] >= history.shape[0] or _now() >= deadline:
-            return 3
+            return _lap_total(clock, 3, t_start, timed)
 
 
-def solve_compiled_swaps(solver, problem, rset, a, z, off, rng, trace, t0, iterates, slice_s=0.2):
+def solve_compiled_swaps(solver, problem, rset, a, z, off, rng, trace, t0, iterates, slice_s=0.2, clock=None):
     """The loop of :class:`solvers.duhl.solver.DuHL` with the resident set ``rset`` (whose
     buffers hold the block), compiled; as :func:`solvers.duhl.swaps.solve_with_swaps`.
-    Returns (status, rounds, (updates, best dual value))."""
+    ``clock``: an array of len(PARTS) seconds to add the loop's time to, by part (a
+    benchmark's; None: CLOCK, usually None: untimed). Returns (status, rounds, (updates,
+    best dual value))."""
     n = problem.n_coords
     A = problem.A
     tol_abs = solver.tol * problem.P0
@@ -245,6 +316,17 @@ def solve_compiled_swaps(solver, problem, rset, a, z, off, rng, trace, t0, itera
     max_updates = float(solver.max_epochs * n)
     loop_params = (int(solver.local_epochs), int(MAX_PASSES_PER_ROUND), bool(solver.shrinking))
     tight, l1, carry, tol_abs = bool(tight), float(l1), bool(carry), float(tol_abs)
+    clock = clock if clock is not None else (CLOCK if CLOCK is not None else _NO_CLOCK)
+    # the gap memory's proofs, with refresh "auto" (refresh "all" computes every gap: nothing to
+    # prove, and the kernels' values decide the selection, as in the Python loop), where they
+    # can pay: their dual step reads u three times a round (see PROOF_SHARE)
+    stale_bytes = int(coord_bytes.sum()) - int(rset.capacity_bytes)
+    pays = 3 * z.nbytes <= PROOF_SHARE * stale_bytes
+    kind, zp = zero_gap_kind(problem) if solver.refresh == "auto" and pays else (NO_PROOF, 0.0)
+    mu_abs = np.abs(problem.mu)
+    proof = (int(kind), float(zp), bool(np.any(mu_abs)))
+    proof_arrays = (np.sqrt(problem.sqnorm), mu_abs, np.zeros(2), np.zeros((n, 2)), np.zeros(n, dtype=bool),
+                    np.empty(z.shape[0]))
     status = None
     while status is None:
         deadline = time.perf_counter() + slice_s
@@ -253,7 +335,8 @@ def solve_compiled_swaps(solver, problem, rset, a, z, off, rng, trace, t0, itera
         counters[4] = 0
         code = run_swap_slice(full, block, row_coord, pos, coord_bytes, *scalars, a, z, off, problem.mu, problem.sqnorm,
                               problem.c, problem.b, problem.theta, tight, l1, carry, tol_abs, max_updates, deadline,
-                              *loop_params, rng, child, gaps, s, resident, counters, history, iterates)
+                              *loop_params, rng, child, gaps, s, resident, counters, history, iterates, clock,
+                              proof, proof_arrays)
         for t, updates, P, D, gap, rnd, bytes_h2d, swaps, n_resident in history[: int(counters[4])]:
             record(rnd, t - t0, updates, P, D, gap, bytes_h2d, swaps, n_resident)
         if code == 1:

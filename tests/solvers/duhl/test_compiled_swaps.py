@@ -160,3 +160,90 @@ def test_pairwise_sum_is_numpys():
     for n in (0, 1, 7, 8, 9, 127, 128, 129, 255, 256, 1000, 8193, 100_003):
         x = rng.standard_normal(n) * np.exp(5 * rng.standard_normal(n))
         assert compiled._pairwise(x) == float(x.sum()), n
+
+
+@pytest.mark.parametrize("n", [1, 10, 40, 300, 5000])
+def test_gap_selection_is_the_lexsort_prefix(n):
+    """Both loops' gap policy (a sorted prefix of the order only: a threshold found by
+    np.partition, grown while the block does not end inside it) picks the block a full
+    np.lexsort((~resident, -gaps)) picks, in its order: ties (many equal gaps, zeros), NaN
+    gaps, sizes that vary, any first guess of the block's size."""
+    from solvers.duhl.selection import gap_block
+
+    for trial in range(40):
+        rng = np.random.default_rng(trial)
+        gaps = np.round(rng.random(n), 1) if trial % 2 else rng.standard_normal(n) ** 2
+        gaps[rng.random(n) < 0.3] = 0.0
+        if trial % 4 == 3:
+            gaps[rng.random(n) < 0.05] = np.nan
+        resident = rng.random(n) < 0.3
+        coord_bytes = rng.integers(1, 100, n) if trial % 3 else np.full(n, 8)
+        budget = int(coord_bytes.sum() * rng.uniform(0.02, 1.0))
+        order = np.lexsort((~resident, -gaps))
+        expected = order[: int(np.searchsorted(np.cumsum(coord_bytes[order]), budget, side="right"))]
+        for guess in (0, 5, expected.shape[0], n):
+            np.testing.assert_array_equal(gap_block(gaps, resident, coord_bytes, budget, guess), expected)
+            chosen = np.empty(n, np.int64)
+            k = compiled._select(0, gaps, resident, coord_bytes, budget, rng, 0, guess, chosen,
+                                 np.empty(n, np.int64), np.empty(n))
+            np.testing.assert_array_equal(chosen[:k], expected)
+
+
+@SPARSE
+@pytest.mark.parametrize("model", ["lasso", "hinge"])
+def test_proofs_keep_every_certified_gap_valid(case_factory, model, sparse, monkeypatch):
+    """With refresh "auto" the compiled loop reads no data for the gaps the gap memory proves 0
+    (a Lasso zero with |s_i| inside alpha, an SVM sample outside the margin, by how far u can
+    have moved: solvers.duhl.gap_memory); every row still certifies, its gap P - D of its own
+    state written out in glm_oracles, and the proofs did cover coordinates."""
+    monkeypatch.setattr(compiled, "PROOF_SHARE", np.inf)  # proofs however small the data
+    seen = []
+    real = compiled.run_swap_slice
+
+    def grab(*args):
+        seen.append(args[-1])  # proof_arrays: (norms, |mu|, path, at, proven, z scratch)
+        return real(*args)
+
+    monkeypatch.setattr(compiled, "run_swap_slice", grab)
+    monkeypatch.setattr(duhl_module, "routes", lambda *args: True)
+    case = case_factory(model, sparse, np.float64)
+    res = DuHL(memory_budget=0.3, tol=1e-9, max_epochs=300, random_state=1, keep_iterates=5000).solve(_problem(case))
+    assert res.status == "converged" and (res.trace.certified == 1).all() and len(res.trace) >= 5
+    assert seen and seen[-1][4].any() and seen[-1][2][0] > 0  # coordinates proven, u's path measured
+    best_dual = -np.inf
+    for a, gap, primal in zip(res.iterates, res.trace.gap, res.trace.primal):
+        P, D = go.best_dual(model, case.X, case.y, a, case.params)
+        assert primal == pytest.approx(P, rel=1e-9, abs=1e-12 * case.P0)
+        best_dual = max(best_dual, D)
+        expected = P - best_dual if model in go.REGRESSION else P - D
+        assert gap == pytest.approx(expected, rel=1e-7, abs=1e-11 * case.P0)
+        assert gap >= P - case.oracle["P"] - 1e-11 * case.P0
+
+
+@pytest.mark.parametrize("model", ["lasso", "elastic_net", "ridge", "svm", "squared_hinge", "logistic"])
+def test_zero_gap_intervals_are_the_models(model):
+    """The compiled loop's zero-gap intervals (a kind and a parameter per model) are the
+    model's own zero_gap (solvers.glm.models) at a_i = 0, at C and elsewhere; a model
+    without one proves nothing."""
+    from solvers.duhl.compiled_parts import NO_PROOF, _interval, zero_gap_kind
+
+    rng = np.random.default_rng(0)
+    X, y = rng.standard_normal((30, 5)), rng.standard_normal(30)
+    if model in ("svm", "squared_hinge", "logistic"):
+        y = np.sign(y)
+        loss = {"squared_hinge": {"loss": "squared_hinge"}}.get(model, {})
+        problem = make_problem("svm" if model != "logistic" else "logistic", X, y, C=0.7, **loss)
+    else:
+        problem = make_problem(model, X, y, alpha=0.1)
+    kind, p = zero_gap_kind(problem)
+    zero_gap = problem.model.zero_gap
+    if zero_gap is None or model == "ridge":
+        assert kind == NO_PROOF
+        if zero_gap is not None:
+            lo, hi = zero_gap(problem.theta, np.array([0.0, 0.3]))
+            assert (lo > hi).all()
+        return
+    a = np.array([0.0, 0.7, 0.3, -0.2, 1.5])
+    lo, hi = zero_gap(problem.theta, a)
+    for i in range(a.shape[0]):
+        assert _interval(kind, p, a[i]) == (lo[i], hi[i]) or (lo[i] > hi[i] and np.greater(*_interval(kind, p, a[i])))
