@@ -46,10 +46,11 @@ class CPUDevice:
         """Where a block's array work runs (CUDA: the compute stream)."""
         return contextlib.nullcontext()
 
-    def upload_rows(self, dst, dst_rows, src_rows, prefetch=False):
-        """dst[dst_rows] = src_rows (host rows already gathered), counted."""
-        dst[dst_rows] = src_rows
-        self.bytes_h2d += src_rows.nbytes
+    def upload_rows(self, dst, dst_rows, src, coords=None, prefetch=False):
+        """dst[dst_rows] = src[coords] (src itself when coords is None), counted."""
+        rows = src if coords is None else src[coords]
+        dst[dst_rows] = rows
+        self.bytes_h2d += rows.nbytes
 
     def upload_into(self, dst, start, src, prefetch=False):
         dst[start:start + src.shape[0]] = src
@@ -190,23 +191,45 @@ class CUDADevice(CPUDevice):
         else:
             self.compute_stream.wait_event(done)
 
+    def _pinned(self, shape, dtype, held):
+        """A pinned host array, held until its copy is done (inside _copying)."""
+        size = int(np.prod(shape))
+        pinned = self.xp.cuda.alloc_pinned_memory(max(size * np.dtype(dtype).itemsize, 1))
+        staged = np.frombuffer(pinned, dtype, size).reshape(shape)
+        held.append(staged)
+        return staged
+
     def _to_device(self, src, held):
         """A new device array holding host ``src``, copied from pinned memory (inside _copying)."""
         self.bytes_h2d += src.nbytes
         if self.simulate:
             return np.array(src)
-        cp = self.xp
-        pinned = cp.cuda.alloc_pinned_memory(max(src.nbytes, 1))
-        staged = np.frombuffer(pinned, src.dtype, src.size).reshape(src.shape)
+        staged = self._pinned(src.shape, src.dtype, held)
         staged[...] = src
-        held.append(staged)
-        dev = cp.empty(src.shape, src.dtype)
+        dev = self.xp.empty(src.shape, src.dtype)
         dev.set(staged, stream=self.copy_stream)
         return dev
 
-    def upload_rows(self, dst, dst_rows, src_rows, prefetch=False):
+    def upload_rows(self, dst, dst_rows, src, coords=None, prefetch=False):
+        """The rows gathered on the host straight into pinned memory (one host copy, not two),
+        copied into consecutive destination rows as they are (no scatter on the GPU)."""
+        if self.simulate:
+            return super().upload_rows(dst, dst_rows, src, coords, prefetch)
+        n = src.shape[0] if coords is None else len(coords)
         with self._copying(prefetch) as held:
-            dst[self._put(dst_rows)] = self._to_device(src_rows, held)
+            staged = self._pinned((n, *src.shape[1:]), src.dtype, held)
+            if coords is None:
+                staged[...] = src
+            else:
+                np.take(src, coords, axis=0, out=staged, mode="clip")  # "raise" buffers a copy
+            self.bytes_h2d += staged.nbytes
+            lo = int(dst_rows[0]) if n else 0
+            if n and int(dst_rows[-1]) - lo == n - 1 and np.all(np.diff(dst_rows) == 1):
+                dst[lo:lo + n].set(staged, stream=self.copy_stream)
+            else:
+                dev = self.xp.empty(staged.shape, staged.dtype)
+                dev.set(staged, stream=self.copy_stream)
+                dst[self._put(dst_rows)] = dev
 
     def upload_into(self, dst, start, src, prefetch=False):
         with self._copying(prefetch) as held:

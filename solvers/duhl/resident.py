@@ -142,7 +142,7 @@ class DenseResidentSet(ResidentSet):
                 A.read_rows(coords, self.data, rows)
             self.device.bytes_h2d += int(self.problem.coord_bytes[coords].sum())
         else:
-            self.device.upload_rows(self.data, rows, self.problem.A[coords], prefetch=prefetch)
+            self.device.upload_rows(self.data, rows, self.problem.A, coords, prefetch=prefetch)
         self.row_coord[rows] = coords
         self._coords_dev = None
 
