@@ -20,10 +20,10 @@ def _pass_state(problem):
     n, m = problem.n_coords, problem.b.shape[0]
     a = np.zeros(n)
     z, off = -problem.c * problem.b, np.zeros(1)
-    buffers = dict(memo=np.full((n, 3), -1.0), z_last=z.copy(),
-                   proof=np.array([0.0, 0.0, 0.0, float(np.any(problem.mu))]),
+    buffers = dict(memo=np.empty((n, 3)), z_last=z.copy(),
+                   proof=np.array([0.0, 0.0, 0.0, float(np.any(problem.mu)), 0.0]),
                    norms=np.column_stack([np.sqrt(problem.sqnorm), np.abs(problem.mu)]),
-                   todo=np.empty(n, dtype=np.int64), g_tmp=np.empty(n), s_tmp=np.empty(n))
+                   todo=np.arange(n, dtype=np.int64))
     assert m == z.shape[0]
     return a, z, off, buffers
 
@@ -55,8 +55,7 @@ def test_proven_gaps_are_those_a_full_pass_computes(case_factory, model, sparse)
     for k in (3, 1, 1, 5, 20, 50):  # large moves first (little provable), then small ones
         _epochs(problem, a, z, off, k, rng)
         read.append(inmemory._global_gaps(D, a, z, off, problem.mu, problem.c, problem.theta, gaps, s,
-                                          buf["memo"], buf["proof"], buf["z_last"], buf["norms"], buf["todo"],
-                                          buf["g_tmp"], buf["s_tmp"]))
+                                          buf["memo"], buf["proof"], buf["z_last"], buf["norms"], buf["todo"]))
         full, full_s = problem.coordinate_gaps(a, z, off, with_s=True)
         proven = np.ones(n, dtype=bool)
         proven[buf["todo"][: read[-1]]] = False
