@@ -23,7 +23,8 @@ The kernels see a model only through ``theta``, a NamedTuple of its kernel
 parameters (named: ``theta.l1``, ``theta.C``), and four scalar functions that
 dispatch on theta's type: :func:`g_value`, :func:`g_conj`, :func:`coord_gap`,
 :func:`coord_update` (and :func:`shrink_cut`, a constant: how the all-resident
-working set leaves out small gaps). In Python they look the entry up; under Numba (CPU and
+working set leaves out small gaps; :func:`zero_interval`: where a gap is exactly 0).
+In Python they look the entry up; under Numba (CPU and
 CUDA) an ``overload`` resolves them at compile time, so each kernel is
 specialised to one model with its math inlined. A theta of no registered
 model raises (in Python and at compile time).
@@ -38,6 +39,7 @@ and its ``Model`` entries: ``elastic_net`` (Lasso, ElasticNet, Ridge), ``svm``,
 from __future__ import annotations
 
 import hashlib
+import math
 from pathlib import Path
 from typing import Dict
 
@@ -101,6 +103,13 @@ def shrink_cut(theta):
     return math_of(theta).shrink_cut
 
 
+def zero_interval(theta, a):
+    """The model's Math.zero_interval at a: (lo, hi) of s with gap 0; (inf, -inf), empty,
+    for a model without one."""
+    fn = math_of(theta).zero_interval
+    return (math.inf, -math.inf) if fn is None else fn(theta, a)
+
+
 def _math_for_numba(theta):
     try:
         return math_of(theta)
@@ -132,6 +141,14 @@ def _coord_update(theta, a, s, L):
 def _shrink_cut(theta):
     cut = float(_math_for_numba(theta).shrink_cut)
     return lambda theta: cut
+
+
+@overload(zero_interval)
+def _zero_interval(theta, a):
+    fn = _math_for_numba(theta).zero_interval
+    if fn is None:
+        return lambda theta, a: (math.inf, -math.inf)
+    return fn
 
 
 def source_digest() -> int:

@@ -43,7 +43,11 @@ class Math:
     whose gap is at most shrink_cut times the mean gap, at most that share of the gap in
     all. 0 where a coordinate optimal at a bound has a gap of exactly 0 (Lasso, SVM:
     shrinking drops those); > 0 where no gap is ever 0 but few hold nearly all of it
-    (logistic: a_i ~ C exp(-margin) is never at a bound)."""
+    (logistic: a_i ~ C exp(-margin) is never at a bound).
+
+    ``zero_interval(theta, a)`` (optional): the interval (lo, hi) of s on which the
+    coordinate gap at ``a`` is exactly 0 (lo > hi: none), the compiled scalar twin of
+    ``Model.zero_gap``: what lets a gap pass prove a gap 0 without the coordinate's data."""
 
     Theta: type
     g: Callable
@@ -51,6 +55,7 @@ class Math:
     gap: Callable
     update: Callable
     shrink_cut: float = 0.0
+    zero_interval: Optional[Callable] = None
 
 
 @dataclass(frozen=True)

@@ -56,7 +56,14 @@ def _update(theta, a, s, L):
     return min(max(x, -theta.bound), theta.bound)
 
 
-ENET = Math(ElasticNetTheta, _g, _conj, _gap, _update)
+@register_jitable
+def _zero_interval(theta, a):
+    if a == 0.0 and theta.l1 > 0.0:
+        return -theta.l1, theta.l1
+    return math.inf, -math.inf
+
+
+ENET = Math(ElasticNetTheta, _g, _conj, _gap, _update, zero_interval=_zero_interval)
 
 
 def _lasso_theta(p, P0):

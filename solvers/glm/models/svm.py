@@ -1,6 +1,7 @@
 """LinearSVC in the dual (coordinates = samples, a = dual variables): the hinge and the
 squared hinge loss."""
 
+import math
 from typing import NamedTuple
 
 import numpy as np
@@ -48,7 +49,16 @@ def _update(theta, a, s, L):
     return min(max(a - (s - 1.0) / L, 0.0), theta.C)
 
 
-SVM = Math(SVMTheta, _g, _conj, _gap, _update)
+@register_jitable
+def _zero_interval(theta, a):
+    if a == 0.0:
+        return 1.0, math.inf
+    if not theta.squared and a == theta.C:
+        return -math.inf, 1.0
+    return math.inf, -math.inf
+
+
+SVM = Math(SVMTheta, _g, _conj, _gap, _update, zero_interval=_zero_interval)
 
 
 def _dual_from_margin(theta, m):
