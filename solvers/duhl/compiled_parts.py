@@ -14,6 +14,7 @@ from numba.extending import intrinsic, overload
 
 from solvers.duhl.inmemory import _csr, _now  # noqa: F401 (compiled_swaps takes _now from here)
 from solvers.kernels import cpu
+from solvers.glm.models import zero_interval
 
 
 @intrinsic
@@ -273,46 +274,15 @@ def _row(history, iterates, counters, a, primal, dual, gap, rnd, n_resident):
     counters[5] += 1
 
 
-# the gap memory's proofs (solvers.duhl.gap_memory) in the compiled loop: a model's zero_gap
-# as a kind and its parameter, checked against the model's own in the tests
-NO_PROOF, L1_AT_ZERO, HINGE, SQUARED_HINGE = 0, 1, 2, 3
-
-
-def zero_gap_kind(problem):
-    """(kind, parameter) of the model's ``zero_gap`` for :func:`_interval`; NO_PROOF for a
-    model without one (or one this loop does not know: it then proves nothing)."""
-    from solvers.glm.models.elastic_net import ElasticNetTheta
-    from solvers.glm.models.svm import SVMTheta
-
-    theta = problem.theta
-    if problem.model.zero_gap is None:
-        return NO_PROOF, 0.0
-    if isinstance(theta, ElasticNetTheta) and theta.l1 > 0.0:
-        return L1_AT_ZERO, float(theta.l1)
-    if isinstance(theta, SVMTheta):
-        return (SQUARED_HINGE if theta.squared else HINGE), float(theta.C)
-    return NO_PROOF, 0.0
-
-
+# the gap memory's proofs (solvers.duhl.gap_memory) in the compiled loop, by the model's
+# compiled zero_interval (the twin of its zero_gap, tested in test_proven_gaps.py)
 @njit(nogil=True, cache=True)
-def _interval(kind, p, a):
-    """The interval (lo, hi) of s_i on which coordinate i's gap is 0 at a_i = a (empty: none)."""
-    if kind == L1_AT_ZERO and a == 0.0:
-        return -p, p
-    if kind == HINGE or kind == SQUARED_HINGE:
-        if a == 0.0:
-            return 1.0, np.inf
-        if kind == HINGE and a == p:
-            return -np.inf, 1.0
-    return np.inf, -np.inf
-
-
-@njit(nogil=True, cache=True)
-def _proven(kind, p, a, s, norm, mu, path, at, u_norm, margin, rounding):
+def _proven(theta, a, s, norm, mu, path, at, u_norm, margin, rounding):
     """GapMemory.prove for one coordinate: whether its gap is 0 now, its s (computed when the
-    dual path's length was ``at``) kept inside the interval by more than how far it can have
-    moved since (``path``: the length now), plus its rounding."""
-    lo, hi = _interval(kind, p, a)
+    dual path's length was ``at``) kept inside the model's zero interval at a
+    (solvers.glm.models.zero_interval) by more than how far it can have moved since
+    (``path``: the length now), plus its rounding."""
+    lo, hi = zero_interval(theta, a)
     if not lo <= hi:
         return False
     drift = norm * (path[0] - at[0] + rounding * u_norm)

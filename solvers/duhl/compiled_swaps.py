@@ -32,8 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
-from solvers.duhl.compiled_parts import (NO_PROOF, _block_gaps, _clock, _now, _pairwise, _proven, _row, _select, _step,
-                                         _swap_in, zero_gap_kind)
+from solvers.duhl.compiled_parts import (_block_gaps, _clock, _now, _pairwise, _proven, _row, _select, _step,
+                                         _swap_in)
 from solvers.duhl.gap_memory import MARGIN, ROUNDING
 from solvers.duhl.inmemory import _epoch, _gaps
 from solvers.duhl.swaps import MAX_PASSES_PER_ROUND, _child
@@ -144,8 +144,8 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
     the run, sequential cursor, dual_best, 2: no gap known yet (the first call's row 0
     comes from a full pass), 1: every gap fresh, 0: the last round's block's). Each
     history row (see _row) is a round's start state; ``iterates`` receives a copy of a
-    at the first rows of the run. ``proof`` = (kind, parameter, centred) and ``proof_arrays``
-    = (norms, |mu|, path, at, proven, z scratch): the gap memory's proofs (kind NO_PROOF:
+    at the first rows of the run. ``proof`` = (proving, centred) and ``proof_arrays``
+    = (norms, |mu|, path, at, proven, z scratch): the gap memory's proofs (proving False:
     none; see solvers.duhl.gap_memory), carried between calls. ``clock`` accumulates where
     the rounds' time goes, by PARTS (when it has that many entries; the thread's CPU time with
     one more; else nothing is timed). Returns status: 1 converged, 2 max_updates, 3 deadline
@@ -164,7 +164,7 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
     keys = np.empty(n)
     guess = int(1.25 * budget * n / max(1, coord_bytes.sum())) + 16  # coordinates of a mean size that fit
     timed = 0 if clock.shape[0] < len(PARTS) else (2 if clock.shape[0] > len(PARTS) else 1)
-    kind, zp, centred = proof
+    proving, centred = proof
     norms, mu_abs, path, at, proven, z_old = proof_arrays
     shift_old = 0.0
     t_start = _clock(timed) if timed else 0.0
@@ -232,7 +232,7 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
             if gap <= tol_abs:
                 return _lap_total(clock, 1, t_start, timed)
         passes = local_epochs * min(max_passes, max(1, k // max(1, n_active)))
-        if kind != NO_PROOF:
+        if proving:
             z_old[:] = z
             shift_old = c * off[0] * z.shape[0]
         for _ in range(passes):  # rng.permutation(visit) as the Python loop draws it: a copy, shuffled
@@ -246,14 +246,14 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
             gaps[block[j]] = out_g[j]
             s[block[j]] = out_s[j]
         counters[8] = 0.0
-        if kind != NO_PROOF:  # how far u moved; the gaps outside the block it proves 0 (GapMemory.moved)
+        if proving:  # how far u moved; the gaps outside the block it proves 0 (GapMemory.moved)
             u_norm = _step(z_old, z, shift_old, c * off[0] * z.shape[0], centred, path)
             for i in range(n):
                 if keep[i]:
                     at[i, 0], at[i, 1] = path[0], path[1]
                     proven[i] = False
                 else:
-                    proven[i] = _proven(kind, zp, a[i], s[i], norms[i], mu_abs[i], path, at[i], u_norm, MARGIN,
+                    proven[i] = _proven(theta, a[i], s[i], norms[i], mu_abs[i], path, at[i], u_norm, MARGIN,
                                         ROUNDING)
                     if proven[i]:
                         gaps[i] = 0.0
@@ -322,9 +322,9 @@ def solve_compiled_swaps(solver, problem, rset, a, z, off, rng, trace, t0, itera
     # can pay: their dual step reads u three times a round (see PROOF_SHARE)
     stale_bytes = int(coord_bytes.sum()) - int(rset.capacity_bytes)
     pays = 3 * z.nbytes <= PROOF_SHARE * stale_bytes
-    kind, zp = zero_gap_kind(problem) if solver.refresh == "auto" and pays else (NO_PROOF, 0.0)
+    proving = solver.refresh == "auto" and pays and problem.model.zero_gap is not None
     mu_abs = np.abs(problem.mu)
-    proof = (int(kind), float(zp), bool(np.any(mu_abs)))
+    proof = (bool(proving), bool(np.any(mu_abs)))
     proof_arrays = (np.sqrt(problem.sqnorm), mu_abs, np.zeros(2), np.zeros((n, 2)), np.zeros(n, dtype=bool),
                     np.empty(z.shape[0]))
     status = None

@@ -218,32 +218,3 @@ def test_proofs_keep_every_certified_gap_valid(case_factory, model, sparse, monk
         expected = P - best_dual if model in go.REGRESSION else P - D
         assert gap == pytest.approx(expected, rel=1e-7, abs=1e-11 * case.P0)
         assert gap >= P - case.oracle["P"] - 1e-11 * case.P0
-
-
-@pytest.mark.parametrize("model", ["lasso", "elastic_net", "ridge", "svm", "squared_hinge", "logistic"])
-def test_zero_gap_intervals_are_the_models(model):
-    """The compiled loop's zero-gap intervals (a kind and a parameter per model) are the
-    model's own zero_gap (solvers.glm.models) at a_i = 0, at C and elsewhere; a model
-    without one proves nothing."""
-    from solvers.duhl.compiled_parts import NO_PROOF, _interval, zero_gap_kind
-
-    rng = np.random.default_rng(0)
-    X, y = rng.standard_normal((30, 5)), rng.standard_normal(30)
-    if model in ("svm", "squared_hinge", "logistic"):
-        y = np.sign(y)
-        loss = {"squared_hinge": {"loss": "squared_hinge"}}.get(model, {})
-        problem = make_problem("svm" if model != "logistic" else "logistic", X, y, C=0.7, **loss)
-    else:
-        problem = make_problem(model, X, y, alpha=0.1)
-    kind, p = zero_gap_kind(problem)
-    zero_gap = problem.model.zero_gap
-    if zero_gap is None or model == "ridge":
-        assert kind == NO_PROOF
-        if zero_gap is not None:
-            lo, hi = zero_gap(problem.theta, np.array([0.0, 0.3]))
-            assert (lo > hi).all()
-        return
-    a = np.array([0.0, 0.7, 0.3, -0.2, 1.5])
-    lo, hi = zero_gap(problem.theta, a)
-    for i in range(a.shape[0]):
-        assert _interval(kind, p, a[i]) == (lo[i], hi[i]) or (lo[i] > hi[i] and np.greater(*_interval(kind, p, a[i])))
