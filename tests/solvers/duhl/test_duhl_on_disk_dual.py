@@ -135,7 +135,9 @@ def test_bytes_are_counted_as_the_os_counts_them_and_the_ram_budget_holds(store,
     r = DuHL(host_budget=f"{budget}B", tol=1e-8, random_state=0).solve(on_disk)
     read = os_read_bytes() - before
     assert r.status == "converged" and len(made) == 1
-    assert read == on_disk.A.bytes_read - counted > X.nbytes  # O_DIRECT: what the reader asked, the disk read
+    # O_DIRECT: what the reader asked is what the disk read; the process's other reads (code pages
+    # paged back in under memory pressure) may add a few KB
+    assert 0 <= read - (on_disk.A.bytes_read - counted) <= 64 << 10 and read > X.nbytes
     assert r.trace["bytes_disk"].iloc[-1] <= on_disk.A.bytes_read
     assert np.all(np.diff(r.trace["bytes_disk"].to_numpy()) >= 0)
     held = made[0].data.nbytes + on_disk.A.buffer().nbytes  # block (and its prefetch rows) + read buffer
