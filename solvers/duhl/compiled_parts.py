@@ -7,31 +7,12 @@ the row of coordinate i (-1: not in the block).
 """
 
 import numpy as np
-from llvmlite import ir
-from numba import njit, types
-from numba.core import cgutils
-from numba.extending import intrinsic, overload
+from numba import njit
+from numba.extending import overload
 
-from solvers.duhl.inmemory import _csr, _now  # noqa: F401 (compiled_swaps takes _now from here)
-from solvers.kernels import cpu
+from solvers.duhl.inmemory import _csr, _now, _thread_cpu_ns  # noqa: F401 (compiled_swaps takes _now from here)
 from solvers.glm.models import zero_interval
-
-
-@intrinsic
-def _thread_cpu_ns(typingctx):
-    """clock_gettime(CLOCK_THREAD_CPUTIME_ID) in ns: this thread's CPU time (a benchmark's
-    clock on a shared machine: time the thread waits for a core is not counted)."""
-    def codegen(context, builder, signature, args):
-        i32, i64 = ir.IntType(32), ir.IntType(64)
-        spec = ir.LiteralStructType([i64, i64])
-        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(i32, [i32, spec.as_pointer()]),
-                                            "clock_gettime")
-        ts = cgutils.alloca_once(builder, spec)
-        builder.call(fn, [ir.Constant(i32, 3), ts])
-        sec = builder.load(cgutils.gep_inbounds(builder, ts, 0, 0))
-        nsec = builder.load(cgutils.gep_inbounds(builder, ts, 0, 1))
-        return builder.add(builder.mul(sec, ir.Constant(i64, 10**9)), nsec)
-    return types.int64(), codegen
+from solvers.kernels import cpu
 
 
 @njit(nogil=True, cache=True)

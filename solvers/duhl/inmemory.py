@@ -43,21 +43,33 @@ from solvers.kernels import cpu
 HISTORY = 256  # rows a slice can record before it returns
 
 
-@intrinsic
-def _monotonic_ns(typingctx):
-    """clock_gettime(CLOCK_MONOTONIC) in ns, perf_counter's clock on Linux, called by name
-    (no GIL, ~50 ns: a row per round; an object-mode perf_counter costs ~1 us)."""
+def _clock_gettime_ns(clock_id):
+    """Code for clock_gettime(clock_id) in ns, called by name (no GIL, ~50 ns)."""
     def codegen(context, builder, signature, args):
         i32, i64 = ir.IntType(32), ir.IntType(64)
         spec = ir.LiteralStructType([i64, i64])
         fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(i32, [i32, spec.as_pointer()]),
                                             "clock_gettime")
         ts = cgutils.alloca_once(builder, spec)
-        builder.call(fn, [ir.Constant(i32, 1), ts])
+        builder.call(fn, [ir.Constant(i32, clock_id), ts])
         sec = builder.load(cgutils.gep_inbounds(builder, ts, 0, 0))
         nsec = builder.load(cgutils.gep_inbounds(builder, ts, 0, 1))
         return builder.add(builder.mul(sec, ir.Constant(i64, 10**9)), nsec)
-    return types.int64(), codegen
+    return codegen
+
+
+@intrinsic
+def _monotonic_ns(typingctx):
+    """CLOCK_MONOTONIC in ns, perf_counter's clock on Linux (a row per round; an object-mode
+    perf_counter costs ~1 us)."""
+    return types.int64(), _clock_gettime_ns(1)
+
+
+@intrinsic
+def _thread_cpu_ns(typingctx):
+    """CLOCK_THREAD_CPUTIME_ID in ns: this thread's CPU time (a benchmark's clock on a shared
+    machine: time the thread waits for a core is not counted)."""
+    return types.int64(), _clock_gettime_ns(3)
 
 
 @njit(nogil=True, cache=True)
