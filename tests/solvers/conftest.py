@@ -71,3 +71,15 @@ def w8a():
     X, y = load_svmlight_file(path, n_features=300)
     rows = np.sort(np.random.default_rng(0).choice(X.shape[0], 3000, replace=False))
     return X[rows].tocsr(), y[rows]
+
+
+@pytest.fixture(scope="module")
+def simulator():
+    """device="cuda_sim": Numba's CUDA simulator switched on (skipped where numba.cuda was
+    already imported for a real GPU in this process)."""
+    from solvers.duhl import devices
+
+    try:
+        devices._enable_simulator()
+    except RuntimeError as err:
+        pytest.skip(str(err))

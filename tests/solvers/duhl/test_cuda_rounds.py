@@ -8,19 +8,12 @@ import numpy as np
 import pytest
 from sklearn.linear_model import Lasso as SkLasso
 
-from solvers.duhl import devices, resident
+from solvers.duhl import resident
 from solvers.duhl.solver import DuHL
 from solvers.glm.problems import Problem, make_problem
 
-pytestmark = pytest.mark.filterwarnings("ignore::numba.core.errors.NumbaPerformanceWarning")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def simulator():
-    try:
-        devices._enable_simulator()
-    except RuntimeError as err:  # numba.cuda was imported for a real GPU in this session
-        pytest.skip(str(err))
+pytestmark = [pytest.mark.filterwarnings("ignore::numba.core.errors.NumbaPerformanceWarning"),
+              pytest.mark.usefixtures("simulator")]  # tests/solvers/conftest.py
 
 
 def test_a_round_that_raised_the_objective_is_undone_and_run_with_half_the_updates(monkeypatch):

@@ -9,19 +9,11 @@ import numpy as np
 import pytest
 
 import glm_oracles as go
-from solvers.duhl import devices
 from solvers.duhl.solver import DuHL
 from solvers.glm.problems import make_problem
 
-pytestmark = pytest.mark.filterwarnings("ignore::numba.core.errors.NumbaPerformanceWarning")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def simulator():
-    try:
-        devices._enable_simulator()
-    except RuntimeError as err:  # numba.cuda was imported for a real GPU in this session
-        pytest.skip(str(err))
+pytestmark = [pytest.mark.filterwarnings("ignore::numba.core.errors.NumbaPerformanceWarning"),
+              pytest.mark.usefixtures("simulator")]  # tests/solvers/conftest.py
 
 
 @pytest.mark.parametrize("model", go.MODELS)

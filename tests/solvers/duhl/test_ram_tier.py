@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 from sklearn.linear_model import Lasso as SkLasso
 
-from solvers.duhl import devices
 from solvers.duhl import resident as duhl_resident
 from solvers.duhl.disk import write_coordinate_major
 from solvers.duhl.on_disk import OnDisk
@@ -32,14 +31,6 @@ def store(tmp_path_factory):
     path = tmp_path_factory.mktemp("ram_tier") / "X.npy"
     write_coordinate_major(path, D, N, (X[:, j:j + 32].T for j in range(0, D, 32)), fortran=True)
     return path, X, y
-
-
-@pytest.fixture(scope="module")
-def simulator():
-    try:
-        devices._enable_simulator()
-    except RuntimeError as err:  # numba.cuda was imported for a real GPU in this session
-        pytest.skip(str(err))
 
 
 def alpha_of(X, y):
