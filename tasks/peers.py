@@ -305,6 +305,7 @@ class Peer:
         trace = Trace(self.callback)
         w0 = np.zeros(problem.A.shape[1] if problem.dual_form else problem.n_coords)
         rows = [self._row(problem, 0, 0.0, 0, w0)]      # where every fit starts, as DuHL's round 0
+        trace.record(**rows[0])  # each point reaches the callback (the progress bar, MLflow) as it is made
         best = (w0, rows[0]["rel_gap"], rows[0]["primal"], rows[0]["dual"], rows[0]["gap"], 0.0, 0.0)
         spent, status, stalled = 0.0, "max_epochs", 0
         with StoppableFits(lambda k: functools.partial(_quietly, fits[k][1]())) as child:
@@ -328,6 +329,7 @@ class Peer:
                 spent += elapsed
                 row = self._row(problem, rnd, elapsed, knob, w)
                 rows.append(row)
+                trace.record(**row)
                 rel = row["rel_gap"]
                 stalled = 0 if rel < 0.9 * best[1] else stalled + 1
                 if rel < best[1]:
@@ -337,13 +339,15 @@ class Peer:
                     break
                 if stalled >= 5:   # the peer's own stopping rule no longer moves the point
                     break
-        # the curve in time order (a looser tolerance can, rarely, take longer)
-        for row in sorted(rows, key=lambda r: r["time_s"]):
-            trace.record(**row)
         w, rel, primal, dual, gap, elapsed, knob = best
         notes = [f"the fits ran in a forked child process (stopped at max_time, or by a signal, even inside a "
                  f"C call): its start-up, {1e3 * child.startup_s:.1f} ms, is in no fit's time_s"]
-        return PeerResult(a=np.asarray(w, dtype=np.float64).ravel(), v=None, trace=trace.frame(),
+        if child.peak_rss_delta > 0:
+            notes.append(f"the child's peak memory above its start: {child.peak_rss_delta / 1e6:.1f} MB (in the "
+                         f"arm's peak_rss_delta)")
+        # the curve in time order (a looser tolerance can, rarely, take longer)
+        frame = trace.frame().sort_values("time_s", kind="stable", ignore_index=True)
+        return PeerResult(a=np.asarray(w, dtype=np.float64).ravel(), v=None, trace=frame,
                           status=status, primal=primal, dual=dual, gap=gap, rel_gap=rel, time_s=elapsed,
                           epochs=knob, bytes_h2d=0, n_rounds=len(rows) - 1, notes=notes)
 

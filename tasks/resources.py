@@ -35,14 +35,24 @@ def rss_bytes() -> float:
     return _proc_field("/proc/self/status", "VmRSS:", 1024)
 
 
-def peak_rss_bytes() -> float:
-    return _proc_field("/proc/self/status", "VmHWM:", 1024)
+def peak_rss_bytes(pid: str = "self") -> float:
+    return _proc_field(f"/proc/{pid}/status", "VmHWM:", 1024)
 
 
-def reset_peak_rss() -> bool:
-    """Reset VmHWM to the current RSS (Linux >= 4.0); False where refused."""
+_children_peak = [0.0]  # the largest peak RSS above its start of a helper process since the arm began
+
+
+def note_child_peak(delta: float) -> None:
+    """A child process that worked for the arm (a peer's fits: tasks/stoppable.py) rose ``delta``
+    bytes above its RSS at its start; ArmResources adds the largest such rise to its own."""
+    if not math.isnan(delta):
+        _children_peak[0] = max(_children_peak[0], delta)
+
+
+def reset_peak_rss(pid: str = "self") -> bool:
+    """Reset VmHWM of process ``pid`` to its current RSS (Linux >= 4.0); False where refused."""
     try:
-        with open("/proc/self/clear_refs", "w") as f:
+        with open(f"/proc/{pid}/clear_refs", "w") as f:
             f.write("5")
         return True
     except OSError:
@@ -52,8 +62,10 @@ def reset_peak_rss() -> bool:
 @dataclass
 class ArmResources:
     """Counters around one arm: ``with ArmResources() as r: ...`` then ``r.os_read_bytes``
-    (block-device bytes read meanwhile) and ``r.peak_rss_delta`` (peak RSS above the RSS at
-    the start)."""
+    (block-device bytes read meanwhile, reaped children's included: the kernel adds them to the
+    parent's count) and ``r.peak_rss_delta`` (peak RSS above the RSS at the start, plus the
+    largest rise of a child that worked meanwhile, noted by :func:`note_child_peak`: the
+    child's memory lives beside the parent's)."""
 
     os_read_bytes: float = math.nan
     peak_rss_delta: float = math.nan
@@ -62,12 +74,13 @@ class ArmResources:
         self._read0 = os_read_bytes()
         self._peak_reset = reset_peak_rss()
         self._rss0 = rss_bytes()
+        _children_peak[0] = 0.0
         return self
 
     def __exit__(self, *exc):
         self.os_read_bytes = os_read_bytes() - self._read0
         if self._peak_reset:
-            self.peak_rss_delta = peak_rss_bytes() - self._rss0
+            self.peak_rss_delta = peak_rss_bytes() - self._rss0 + _children_peak[0]
         return False
 
     def metrics(self) -> dict:

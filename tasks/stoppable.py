@@ -10,7 +10,10 @@ and the parent waits on a pipe, interruptibly, until the fit's deadline, then ki
 child. A signal that reaches the parent ends the wait at once (the handler's exception
 propagates) and the child is killed on the way out; a child whose parent dies is killed
 by the kernel (``PR_SET_PDEATHSIG``). One child serves the whole schedule, so pages that
-the first fit copied on write stay its own for the next fits.
+the first fit copied on write stay its own for the next fits. What the child's fits add to
+its memory (its peak RSS above its RSS when it was ready: the pages it copied or allocated)
+is read by the parent from ``/proc`` after each fit and before a kill, and noted for the
+arm's peak RSS (tasks/resources.py).
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ import signal
 import sys
 import time
 from typing import Any, Callable, Optional, Tuple
+
+from tasks.resources import note_child_peak, peak_rss_bytes, reset_peak_rss, rss_bytes
 
 START_TIMEOUT_S = 60.0  # a child that never says it is ready (only a broken fork could do that)
 
@@ -52,7 +57,8 @@ def _serve(make_fit: Callable[[Any], Callable[[], Any]], conn: Any, parent: int)
         _die_with_parent(parent)
         for sig in (signal.SIGTERM, signal.SIGINT):  # die at once, even inside a C call
             signal.signal(sig, signal.SIG_DFL)
-        conn.send(("ready",))
+        reset_peak_rss()  # the child's peak from here: the parent's pages it shares are at its start
+        conn.send(("ready", rss_bytes()))
         built = (object(), None)
         while True:
             key = conn.recv()
@@ -90,6 +96,7 @@ class StoppableFits:
         self.make_fit = make_fit
         self.pid: Optional[int] = None
         self.startup_s = 0.0
+        self.peak_rss_delta = 0.0  # the child's largest rise above its RSS when it was ready
 
     def __enter__(self) -> "StoppableFits":
         self.conn, child_end = multiprocessing.Pipe()
@@ -100,8 +107,10 @@ class StoppableFits:
             _serve(self.make_fit, child_end, parent)
         child_end.close()
         try:
-            if self._receive(forked + START_TIMEOUT_S) is None:
+            ready = self._receive(forked + START_TIMEOUT_S)
+            if ready is None:
                 raise RuntimeError(f"the peer's fit process did not start within {START_TIMEOUT_S:.0f} s")
+            self._rss0 = ready[1]
         except BaseException:
             self.__exit__()
             raise
@@ -121,12 +130,19 @@ class StoppableFits:
             raise message[1]
         started = message[1]
         message = self._receive(None if limit is None else started + max(limit, 0.0))
+        self._note_peak()
         if message is None:
             self._stop()
             raise FitCut(time.perf_counter() - started)
         if message[0] == "error":
             raise message[1]
         return message[2], message[1]
+
+    def _note_peak(self) -> None:
+        """The child's peak RSS so far above its start, for this object and the arm's count."""
+        if self.pid is not None:
+            self.peak_rss_delta = max(self.peak_rss_delta, peak_rss_bytes(str(self.pid)) - self._rss0)
+            note_child_peak(self.peak_rss_delta)
 
     def _receive(self, deadline: Optional[float]):
         """The child's next message, or None at the deadline; EOF (the child died): RuntimeError."""

@@ -84,3 +84,35 @@ def test_a_signal_in_the_parent_interrupts_the_wait_and_kills_the_fit():
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
     assert _gone(pid)
+
+
+def _hold(mb, then_sleep=0.0):
+    """A fit that touches ``mb`` MB of new memory (np.ones writes every page) and returns its sum."""
+    def fit():
+        block = np.ones(mb * 1_000_000 // 8)
+        time.sleep(then_sleep)
+        return float(block.sum())
+    return fit
+
+
+@pytest.mark.parametrize("cut", [False, True])
+def test_the_childs_memory_counts_in_the_arms_peak_rss(cut):
+    """The child's fit touches 200 MB the parent never holds: the child's rise is read from
+    /proc (after the fit, or before the kill of a fit cut at its limit) and ArmResources'
+    peak_rss_delta includes it, while the parent's own rise stays small."""
+    if not os.path.exists("/proc/self/clear_refs"):
+        pytest.skip("VmHWM reset needs Linux")
+    from tasks.resources import ArmResources, peak_rss_bytes
+    with ArmResources() as used:
+        parent_peak = peak_rss_bytes()
+        with StoppableFits(lambda key: _hold(200, then_sleep=60 if cut else 0)) as child:
+            if cut:
+                with pytest.raises(FitCut):
+                    child.run("hold", 1.0)
+            else:
+                assert child.run("hold", None)[0] == 200_000_000 // 8
+            rise = child.peak_rss_delta
+        parent_rise = peak_rss_bytes() - parent_peak
+    assert 200e6 <= rise < 200e6 + 30e6
+    assert parent_rise < 30e6
+    assert rise <= used.peak_rss_delta < rise + 30e6 + max(parent_rise, 0)
