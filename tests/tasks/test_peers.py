@@ -217,3 +217,24 @@ def test_a_peer_stops_at_max_time_and_keeps_the_points_fitted_before():
     for _, row in trace.iterrows():  # the kept points: our objective at coefficients the peer returned
         assert row["rel_gap"] > 0 and row["primal"] <= p.P0 * (1 + 1e-12)
     assert result.primal == pytest.approx(evaluate(p, result.a)[0], rel=1e-12)
+
+
+def test_each_point_reaches_the_callback_while_the_peers_fits_still_run():
+    """A point is seen (progress bar, MLflow) when its fit ends, not when the schedule does:
+    at each callback after round 0 the child that runs the fits is still alive (a child of
+    this process in /proc), and the rows come in the schedule's order."""
+    import glob
+    import os
+
+    def children():
+        return [pid for path in glob.glob(f"/proc/{os.getpid()}/task/*/children")
+                for pid in open(path).read().split()]
+
+    if not glob.glob(f"/proc/{os.getpid()}/task/*/children"):
+        pytest.skip("/proc/<pid>/task/<tid>/children needs Linux")
+    seen = []
+    result = make_peer("peer_sklearn", tol=1e-8, callback=lambda row: seen.append((row["round"], children()))).solve(
+        problem("lasso"))
+    assert [r for r, _ in seen] == list(range(len(seen))) and len(seen) == len(result.trace) >= 3
+    assert all(alive for r, alive in seen[1:])
+    assert not children()  # and reaped at the end
