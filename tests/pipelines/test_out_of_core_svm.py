@@ -15,7 +15,7 @@ from sklearn.svm import LinearSVC
 
 from conftest import all_runs, family
 
-TINY = ["experiment=out_of_core_svm", "experiment.max_time=20", "experiment.target_rel_gap=1e-8", "progress=false",
+TINY = ["experiment=out_of_core_svm", "experiment.max_time=60", "experiment.target_rel_gap=1e-8", "progress=false",
         "data.n_samples=700", "data.n_features=128", "data.n_informative=10", "model.C=0.01"]
 ON_DISK = {"duhl-gap", "sequential", "random"}
 
