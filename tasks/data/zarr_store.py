@@ -71,7 +71,6 @@ class Source:
 def _open(path: Path, param: str, given: str):
     """The zarr array at ``path`` (read-only), or a one-line DataError naming ``param``."""
     import zarr
-    from zarr.errors import ArrayNotFoundError, GroupNotFoundError, NodeTypeValidationError
 
     where = f"The '{param}' parameter of data 'zarr'"
     if not path.exists():
@@ -82,7 +81,7 @@ def _open(path: Path, param: str, given: str):
                         f"instead: {given}{hint}.")
     try:
         node = zarr.open(store=str(path), mode="r")
-    except (ArrayNotFoundError, GroupNotFoundError, NodeTypeValidationError, FileNotFoundError, ValueError) as error:
+    except Exception as error:  # noqa: BLE001 - missing or malformed metadata: whatever zarr raises
         raise DataError(f"{where} must name a zarr array (a folder holding zarr.json or .zarray). Got {given}, "
                         f"which is not one ({type(error).__name__}).") from None
     if isinstance(node, zarr.Group):
