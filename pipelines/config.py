@@ -23,7 +23,8 @@ from solvers.glm.checks import (AUTO_OR_POSITIVE_INT, DEVICES, Either, Integer, 
 from solvers.glm.models import MODELS
 from tasks.cluster import (ClusterConfig, LocalClusterConfig, LocalCudaClusterConfig, RemoteClusterConfig,
                            SlurmClusterConfig)
-from tasks.data import LibsvmData, NpyData, SklearnData, SphereData, SyntheticDenseData, SyntheticSparseData
+from tasks.data import (LibsvmData, NpyData, SklearnData, SphereData, SyntheticDenseData, SyntheticSparseData,
+                        ZarrData)
 
 POSITIVE = Real(0, None, "neither")
 
@@ -198,7 +199,8 @@ class Config:
 SCHEMAS = {
     "model": {**{name: model_schema(m) for name, m in MODELS.items()}, "mlp": MlpModel},
     "data": {"synthetic_dense": SyntheticDenseData, "synthetic_sparse": SyntheticSparseData,
-             "libsvm": LibsvmData, "sklearn": SklearnData, "sphere": SphereData, "npy": NpyData},
+             "libsvm": LibsvmData, "sklearn": SklearnData, "sphere": SphereData, "npy": NpyData,
+             "zarr": ZarrData},
     "solver": {"duhl": DuhlSolverConfig, "cocoa": CocoaSolverConfig, "diana": DianaSolverConfig},
     "device": {"base": DeviceConfig},
     "cluster": {"base": ClusterConfig, "local": LocalClusterConfig, "local_cuda": LocalCudaClusterConfig,

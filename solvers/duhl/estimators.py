@@ -1,7 +1,7 @@
 """scikit-learn compatible estimators solved by DuHL.
 
 Each has its scikit-learn namesake's objective and constructor parameters, plus
-``device``, ``memory_budget`` and ``selection`` (the DuHL block policy, not
+``device``, ``memory_budget``, ``host_budget`` and ``selection`` (the DuHL block policy, not
 scikit-learn's cyclic/random coordinate order: ours is always a fresh random
 permutation per epoch). ``tol`` is on the relative duality gap: the fit stops
 once gap <= tol * P(0), P(0) the objective at zero. ``max_iter`` caps epochs.
@@ -10,8 +10,21 @@ Fitted: ``coef_``, ``intercept_``, ``n_iter_`` (epochs, at most ``max_iter``),
 adjusted for the data, such as a budget that holds everything, are listed in
 ``history_.attrs["notes"]``). A fit that stops at ``max_iter`` before ``tol``
 warns with scikit-learn's ``ConvergenceWarning``, naming the gap reached.
+
+**Data on disk**: ``fit(X, y)`` with X an .npy memory map (``np.load(path, mmap_mode="r")``)
+or the path of an .npy, and ``host_budget`` (bytes of RAM for the data: a share such as 0.25,
+or a size such as "2GB"), trains from the file through the disk tier
+(:mod:`solvers.duhl.on_disk`: coordinates read past the page cache, the block in RAM): the
+array is never loaded whole. The Lasso family reads features, so its file is in Fortran order
+(each column one run on disk); the classifiers read samples (C order) and take
+``fit_intercept=False`` (the file holds no intercept column). A path with ``host_budget=None``
+is read into RAM once (refused when it does not fit); a memory map with ``host_budget=None``
+is an in-memory array, as in scikit-learn. ``history_`` then has ``bytes_disk`` and
+``disk_s``, the bytes read from disk and the seconds spent reading them.
 """
 
+import mmap
+import os
 import warnings
 
 import numpy as np
@@ -20,11 +33,14 @@ from scipy.special import expit
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
+from solvers.duhl.disk import DiskMatrix
+from solvers.duhl.disk_files import read_npy_header
+from solvers.duhl.on_disk import OnDisk
 from solvers.duhl.solver import DuHL
 from solvers.glm.checks import check_params
-from solvers.glm.problems import make_problem
+from solvers.glm.problems import make_problem, make_problem_on_disk
 
 _ACCEPT_SPARSE = ("csr", "csc", "coo")
 
@@ -41,18 +57,85 @@ class _DuHLEstimator(BaseEstimator):
         """DuHL with the estimator's settings; every error names the estimator's class."""
         name = type(self).__name__
         check_params(name, tol=self.tol, max_iter=self.max_iter, random_state=self.random_state,
-                     device=self.device, memory_budget=self.memory_budget, selection=self.selection)
+                     device=self.device, memory_budget=self.memory_budget, selection=self.selection,
+                     host_budget=self.host_budget)
         solver = DuHL(memory_budget=self.memory_budget, selection=self.selection, tol=self.tol,
-                      max_epochs=self.max_iter, device=self.device, random_state=self.random_state)
+                      max_epochs=self.max_iter, device=self.device, random_state=self.random_state,
+                      host_budget=self.host_budget)
         solver.owner = name
         return solver
 
     def _problem_kwargs(self):
         raise NotImplementedError
 
+    def _on_disk(self, X):
+        """The .npy that X is, with a host_budget (or X a path): its DiskMatrix, after the
+        checks; None for data in RAM (a memory map with host_budget None included)."""
+        name = type(self).__name__
+        if isinstance(X, (str, os.PathLike)):
+            path, given = os.fspath(X), f"the path {os.fspath(X)!r}"
+        elif isinstance(X, np.memmap) and self.host_budget is not None:
+            path, given = X.filename, f"a memory map of {X.filename!r}"
+        elif self.host_budget is not None:
+            raise ValueError(f"The 'host_budget' parameter of {name} applies to data on disk: pass X as "
+                             f"np.load(path, mmap_mode='r') or as the path of an .npy, or leave host_budget "
+                             f"None. Got {self.host_budget!r} with X a {type(X).__name__} in RAM instead.")
+        else:
+            return None
+        check_params(name, host_budget=self.host_budget)
+        try:
+            shape, fortran, dtype, offset, _ = read_npy_header(path)
+        except FileNotFoundError:
+            raise ValueError(f"The 'X' parameter of {name} names no file: {path}.") from None
+        except (OSError, ValueError) as error:
+            raise ValueError(f"The 'X' parameter of {name} must be an .npy (or its memory map). Got {given}, "
+                             f"which is not one ({error}).") from None
+        if isinstance(X, np.memmap) and not (isinstance(X.base, mmap.mmap) and X.shape == shape and X.offset == offset
+                                             and X.dtype == dtype and (len(shape) < 2 or
+                                                                       np.isfortran(X) == fortran)):
+            raise ValueError(f"The 'X' parameter of {name} with host_budget must be the whole .npy as "
+                             f"np.load(path, mmap_mode='r') maps it. Got {given} of shape {X.shape} (a view "
+                             f"or another mapping of its {shape}) instead.")
+        if len(shape) != 2 or dtype not in (np.float32, np.float64):
+            raise ValueError(f"The 'X' parameter of {name} on disk must be a 2-D float32 or float64 .npy. Got "
+                             f"{dtype} of shape {shape} in {path} instead.")
+        by_feature = not isinstance(self, _Classifier)
+        if fortran != by_feature:
+            need, got = ("Fortran", "C") if by_feature else ("C", "Fortran")
+            reads = "features (each column" if by_feature else "samples (each row"
+            raise ValueError(f"The 'X' parameter of {name} on disk must be a {need}-order .npy: it reads "
+                             f"{reads} one contiguous run on disk). Got a {got}-order file {path} instead: "
+                             f"write it once in {need} order (np.lib.format.open_memmap(new_path, mode='w+', "
+                             f"dtype=..., shape={shape}, fortran_order={by_feature}), filled a block of "
+                             f"{'columns' if by_feature else 'rows'} at a time).")
+        self.n_features_in_ = shape[1]
+        if hasattr(self, "feature_names_in_"):  # from an earlier fit on a DataFrame
+            del self.feature_names_in_
+        return DiskMatrix(path)
+
+    def _check_y(self, y, n, dtype=None):
+        y = check_array(y, ensure_2d=False, dtype=dtype, input_name="y")
+        if y.ndim != 1 or y.shape[0] != n:
+            raise ValueError(f"The 'y' parameter of {type(self).__name__} must hold one value per sample of X "
+                             f"({n}). Got shape {y.shape} instead.")
+        return y
+
     def _solve(self, X, y, label=""):
-        problem = make_problem(self._model, X, y, owner=type(self).__name__, **self._problem_kwargs())
-        res = self._solver().solve(problem)
+        """Solve the problem on (X, y); X in RAM or a DiskMatrix (a fresh reader per problem)."""
+        if isinstance(X, DiskMatrix):
+            data = OnDisk(DiskMatrix(X.path))
+            try:
+                problem = make_problem_on_disk(self._model, data, y, owner=type(self).__name__,
+                                               **self._problem_kwargs())
+                try:
+                    res = self._solver().solve(problem)
+                finally:
+                    problem.A.matrix.close()  # the classifiers read through a second, signed reader
+            finally:
+                data.matrix.close()
+        else:
+            problem = make_problem(self._model, X, y, owner=type(self).__name__, **self._problem_kwargs())
+            res = self._solver().solve(problem)
         if res.status != "converged":
             # as scikit-learn does: the model is returned, with a warning that names the gap
             warnings.warn(f"{type(self).__name__}{label} did not converge: relative duality gap "
@@ -74,8 +157,13 @@ class _DuHLEstimator(BaseEstimator):
 
 class _Regressor(RegressorMixin, _DuHLEstimator):
     def fit(self, X, y):
-        X, y = validate_data(self, X, y, accept_sparse=_ACCEPT_SPARSE, order="F",
-                             dtype=[np.float64, np.float32], y_numeric=True)
+        disk = self._on_disk(X)
+        if disk is None:
+            X, y = validate_data(self, X, y, accept_sparse=_ACCEPT_SPARSE, order="F",
+                                 dtype=[np.float64, np.float32], y_numeric=True)
+        else:
+            y, X = self._check_y(y, disk.shape[1], np.float64), disk
+            disk.close()  # each problem opens its own reader
         problem, res = self._solve(X, y)
         self.coef_ = res.a.astype(X.dtype)
         info = problem.info
@@ -97,7 +185,7 @@ class Lasso(_Regressor):
     _model = "lasso"
 
     def __init__(self, alpha=1.0, *, fit_intercept=True, tol=1e-4, max_iter=1000,
-                 random_state=None, device="cpu", memory_budget=None, selection="gap"):
+                 random_state=None, device="cpu", memory_budget=None, host_budget=None, selection="gap"):
         self.alpha = alpha
         self.fit_intercept = fit_intercept
         self.tol = tol
@@ -105,6 +193,7 @@ class Lasso(_Regressor):
         self.random_state = random_state
         self.device = device
         self.memory_budget = memory_budget
+        self.host_budget = host_budget
         self.selection = selection
 
     def _problem_kwargs(self):
@@ -117,7 +206,7 @@ class ElasticNet(_Regressor):
     _model = "elastic_net"
 
     def __init__(self, alpha=1.0, *, l1_ratio=0.5, fit_intercept=True, tol=1e-4, max_iter=1000,
-                 random_state=None, device="cpu", memory_budget=None, selection="gap"):
+                 random_state=None, device="cpu", memory_budget=None, host_budget=None, selection="gap"):
         self.alpha = alpha
         self.l1_ratio = l1_ratio
         self.fit_intercept = fit_intercept
@@ -126,6 +215,7 @@ class ElasticNet(_Regressor):
         self.random_state = random_state
         self.device = device
         self.memory_budget = memory_budget
+        self.host_budget = host_budget
         self.selection = selection
 
     def _problem_kwargs(self):
@@ -138,7 +228,7 @@ class Ridge(_Regressor):
     _model = "ridge"
 
     def __init__(self, alpha=1.0, *, fit_intercept=True, tol=1e-4, max_iter=1000,
-                 random_state=None, device="cpu", memory_budget=None, selection="gap"):
+                 random_state=None, device="cpu", memory_budget=None, host_budget=None, selection="gap"):
         self.alpha = alpha
         self.fit_intercept = fit_intercept
         self.tol = tol
@@ -146,6 +236,7 @@ class Ridge(_Regressor):
         self.random_state = random_state
         self.device = device
         self.memory_budget = memory_budget
+        self.host_budget = host_budget
         self.selection = selection
 
     def _problem_kwargs(self):
@@ -154,8 +245,13 @@ class Ridge(_Regressor):
 
 class _Classifier(ClassifierMixin, _DuHLEstimator):
     def fit(self, X, y):
-        X, y = validate_data(self, X, y, accept_sparse=_ACCEPT_SPARSE, order="C",
-                             dtype=[np.float64, np.float32])
+        disk = self._on_disk(X)
+        if disk is None:
+            X, y = validate_data(self, X, y, accept_sparse=_ACCEPT_SPARSE, order="C",
+                                 dtype=[np.float64, np.float32])
+        else:
+            y, X = self._check_y(y, disk.shape[0]), disk
+            disk.close()
         check_classification_targets(y)
         self.classes_ = np.unique(y)
         if self.classes_.shape[0] < 2:
@@ -204,7 +300,7 @@ class LinearSVC(_Classifier):
 
     def __init__(self, *, loss="squared_hinge", C=1.0, fit_intercept=True, intercept_scaling=1.0,
                  tol=1e-4, max_iter=1000, random_state=None, device="cpu", memory_budget=None,
-                 selection="gap"):
+                 host_budget=None, selection="gap"):
         self.loss = loss
         self.C = C
         self.fit_intercept = fit_intercept
@@ -214,6 +310,7 @@ class LinearSVC(_Classifier):
         self.random_state = random_state
         self.device = device
         self.memory_budget = memory_budget
+        self.host_budget = host_budget
         self.selection = selection
 
     def _problem_kwargs(self):
@@ -231,7 +328,7 @@ class LogisticRegression(_Classifier):
 
     def __init__(self, *, C=1.0, fit_intercept=True, intercept_scaling=1.0, tol=1e-4,
                  max_iter=1000, random_state=None, device="cpu", memory_budget=None,
-                 selection="gap"):
+                 host_budget=None, selection="gap"):
         self.C = C
         self.fit_intercept = fit_intercept
         self.intercept_scaling = intercept_scaling
@@ -240,6 +337,7 @@ class LogisticRegression(_Classifier):
         self.random_state = random_state
         self.device = device
         self.memory_budget = memory_budget
+        self.host_budget = host_budget
         self.selection = selection
 
     def predict_proba(self, X):

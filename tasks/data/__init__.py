@@ -4,14 +4,15 @@
 - ``makers``: synthetic dense / sparse, scikit-learn's shipped sets, the sphere
 - ``libsvm``: LIBSVM files, with errors that name the file and the line
 - ``npy``: a user's own dense .npy, converted in chunks to the cache's layout (or used in place)
+- ``zarr_store``: a user's own zarr array, converted a tile of its chunks at a time
 - ``cache``: the cache (keys, checksums, rebuilding a damaged entry)
 """
 
 from tasks.data.cache import MAKERS, cache_key, checksum, load_dataset, read_cached
 from tasks.data.configs import (DATA_CONFIGS, Dataset, LibsvmData, NpyData, SklearnData, SphereData, SyntheticDenseData,
-                                SyntheticSparseData, resolve_path, validate_data_config)
+                                SyntheticSparseData, ZarrData, resolve_path, validate_data_config)
 from tasks.data.errors import DataError
 
 __all__ = ["MAKERS", "cache_key", "checksum", "load_dataset", "read_cached", "DATA_CONFIGS", "Dataset",
            "LibsvmData", "NpyData", "SklearnData", "SphereData", "SyntheticDenseData", "SyntheticSparseData",
-           "resolve_path", "validate_data_config", "DataError"]
+           "ZarrData", "resolve_path", "validate_data_config", "DataError"]

@@ -1,7 +1,7 @@
 """The dataset cache: made once, checked when read, rebuilt when damaged.
 
 Every dataset is a pure function of its config (and, for files, of the file's
-size and modification time), so a cache keyed by a hash of the config is safe:
+size and modification time; for a zarr store, of its files' names, sizes and times), so a cache keyed by a hash of the config is safe:
 a sweep over solver settings makes each dataset once, and concurrent jobs that
 race to make the same one each write to a private folder and keep the first.
 
@@ -42,6 +42,9 @@ from tasks.data.makers import (ProgressFn, make_sklearn, make_sphere, make_synth
 from tasks.data.npy import identity as npy_identity
 from tasks.data.npy import make_npy
 from tasks.data.npy import planned_bytes as npy_planned_bytes
+from tasks.data.zarr_store import identity as zarr_identity
+from tasks.data.zarr_store import make_zarr
+from tasks.data.zarr_store import planned_bytes as zarr_planned_bytes
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +55,7 @@ MAKERS = {
     "libsvm": make_libsvm,
     "sklearn": make_sklearn,
     "npy": make_npy,
+    "zarr": make_zarr,
 }
 META_VERSION = 2
 ADDED_LATER = {"n_groups": 1}  # fields hashed into the cache key only when not at this default
@@ -78,6 +82,8 @@ def _source_identity(c, base_dir: Path) -> Dict[str, Any]:
         return {"path": str(src), "source": [stat.st_size, stat.st_mtime_ns]}
     if c.name == "npy":
         return npy_identity(c, base_dir)
+    if c.name == "zarr":
+        return zarr_identity(c, base_dir)
     return {}
 
 
@@ -159,7 +165,8 @@ def _remove_stale_temporaries(cache_dir: Path) -> None:
 
 
 def _check_room(c, cache_dir: Path, base_dir: Path) -> None:
-    needed = npy_planned_bytes(c, base_dir) if c.name == "npy" else planned_bytes(c, base_dir)
+    own = {"npy": npy_planned_bytes, "zarr": zarr_planned_bytes}
+    needed = own.get(c.name, planned_bytes)(c, base_dir)
     free = shutil.disk_usage(cache_dir).free
     if needed > free:
         raise DataError(f"data '{c.name}' needs {needed / 1e9:.1f} GB in {cache_dir}, which has "

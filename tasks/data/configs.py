@@ -112,8 +112,25 @@ class NpyData:
     positive_class: Optional[float] = ruled(None, POSITIVE_CLASS)  # multiclass targets: this class vs the rest
 
 
+@dataclass
+class ZarrData:
+    """Your own dense data in a zarr store: an (n_samples, n_features) zarr v3 (or v2) array of
+    numbers in a local folder (relative paths start at the project root; in a group, name the
+    array: ``my.zarr/X``), and its target: a zarr array or ``.npy`` of n_samples values
+    (``target``) or one of the array's columns (``target_column``). Converted a tile of its own
+    chunks at a time, never whole (tasks/data/zarr_store.py)."""
+
+    name: str = "zarr"
+    path: Optional[str] = None
+    target: Optional[str] = None
+    target_column: Optional[int] = ruled(None, Either(None, Integer()))
+    # None: the array's own float32 / float64 (other numbers become float64)
+    dtype: Optional[str] = ruled(None, Either(None, Options(DTYPES)))
+    positive_class: Optional[float] = ruled(None, POSITIVE_CLASS)  # multiclass targets: this class vs the rest
+
+
 DATA_CONFIGS = {c.name: c for c in (SyntheticDenseData, SyntheticSparseData, LibsvmData, SklearnData, SphereData,
-                                    NpyData)}
+                                    NpyData, ZarrData)}
 
 
 @dataclass
@@ -153,18 +170,20 @@ def validate_data_config(cfg: Any) -> Any:
     if getattr(c, "n_groups", 1) > 1 and (c.correlation_kind != "equicorrelated" or c.n_groups > c.n_features):
         raise ValueError(f"The 'n_groups' parameter of data '{kind}' must be 1 with correlation_kind "
                          f"{c.correlation_kind!r}, and at most n_features ({c.n_features}). Got {c.n_groups} instead.")
-    if kind == "npy":
-        _check_npy_config(c)
+    if kind in ("npy", "zarr"):
+        _check_file_config(c)
     return c
 
 
-def _check_npy_config(c: NpyData) -> None:
+def _check_file_config(c) -> None:
+    what = ("a .npy file (data.path=path/to/X.npy)" if c.name == "npy"
+            else "a zarr array (data.path=path/to/store.zarr/X)")
     if not c.path:
-        raise ValueError(f"The 'path' parameter of data '{c.name}' must name a .npy file (data.path=path/to/X.npy). "
-                         f"Got {c.path!r} instead.")
+        raise ValueError(f"The 'path' parameter of data '{c.name}' must name {what}. Got {c.path!r} instead.")
     if (c.target is None) == (c.target_column is None):
         got = "neither" if c.target is None else f"both (target={c.target!r}, target_column={c.target_column})"
-        raise ValueError(f"The 'target' parameter of data '{c.name}' must name a .npy of the targets, or "
+        targets = "a .npy of the targets" if c.name == "npy" else "a zarr array (or .npy) of the targets"
+        raise ValueError(f"The 'target' parameter of data '{c.name}' must name {targets}, or "
                          f"'target_column' the column of data.path that holds them (one of the two). "
                          f"Got {got} instead.")
 

@@ -87,7 +87,7 @@ def _file(path: Path, param: str, given: str) -> os.stat_result:
     except FileNotFoundError:
         raise DataError(f"The '{param}' parameter of data 'npy' names no file: {given} ({path}).") from None
     if not path.is_file():
-        extra = " (a zarr store? zarr is not a dependency of this project: save the array with np.save)"
+        extra = " (a zarr store: use data=zarr)"
         raise DataError(f"The '{param}' parameter of data 'npy' must name a .npy file. Got a directory instead: "
                         f"{given}{extra if (path / 'zarr.json').exists() or (path / '.zarray').exists() else ''}.")
     return stat

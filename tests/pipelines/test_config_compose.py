@@ -32,7 +32,7 @@ def test_every_group_has_its_options(hydra_conf):
     found = {g: set(hydra_conf.get_group_options(g)) for g in GROUPS}
     assert found["model"] == set(MODELS) | {"mlp"}  # every registered GLM, and DistBelief's MLP
     assert {"synthetic_dense", "synthetic_dense_4gb", "synthetic_sparse", "libsvm", "sklearn", "sphere",
-            "npy"} == found["data"]
+            "npy", "zarr"} == found["data"]
     assert {"duhl", "duhl_gap", "duhl_random", "duhl_sequential", "duhl_importance", "cocoa", "diana"} <= found["solver"]
     assert {"default", "duhl_svm", "cocoa", "cocoa_svm", "diana", "distbelief", "reproduce"} <= found["experiment"]
     assert {"mlflow", "none"} == found["tracking"]
@@ -67,9 +67,9 @@ def test_option_composes_and_plans(hydra_conf, group, option):
 
         assert cfg.experiment.main_arm in plan(cfg)["arms"]
         return
-    if (group, option) == ("data", "npy"):  # the user's own file: planning asks for it by name
-        with pytest.raises(ValueError, match=r"The 'path' parameter of data 'npy' must name a \.npy file "
-                                             r"\(data\.path=path/to/X\.npy\)\. Got None instead\."):
+    if (group, option) in (("data", "npy"), ("data", "zarr")):  # the user's own file: planning asks for it by name
+        what = r"a \.npy file \(data\.path=path/to/X\.npy\)" if option == "npy" else r"a zarr array \(data\.path="
+        with pytest.raises(ValueError, match=rf"The 'path' parameter of data '{option}' must name {what}"):
             plan_experiment(cfg)
         return
     missing = _missing_peers(cfg)

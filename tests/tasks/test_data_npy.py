@@ -182,7 +182,7 @@ def bad_files(folder):
     (dict(path="X.npy", target="y.npy", target_column=0), r"The 'target' parameter .* Got both"),
     (dict(path="nope.npy", target="y.npy"), r"The 'path' parameter of data 'npy' names no file: nope\.npy"),
     (dict(path="store.zarr", target="y.npy"), r"must name a \.npy file\. Got a directory instead: store\.zarr "
-                                              r"\(a zarr store\? zarr is not a dependency"),
+                                              r"\(a zarr store: use data=zarr\)"),
     (dict(path="text.npy", target="y.npy"), r"must name a \.npy file\. Got text\.npy, which is not one"),
     (dict(path="flat.npy", target="y.npy"), r"must name a 2-D .* Got shape \(300,\) in flat\.npy instead\."),
     (dict(path="ints.npy", target_column=0), r"must name an array of floats .* Got int64 in ints\.npy instead\."),
