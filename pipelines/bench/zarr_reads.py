@@ -78,13 +78,20 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--widths", type=int, nargs="+", default=[1, 8, 64])
     parser.add_argument("--dir", default=None, help="a folder on the disk to measure (default: a temporary one)")
+    parser.add_argument("--zarr-concurrency", type=int, default=None,
+                        help="zarr's async.concurrency (chunks in flight; default: zarr's own, 10)")
     args = parser.parse_args(argv)
+    if args.zarr_concurrency:
+        import zarr
+        zarr.config.set({"async.concurrency": args.zarr_concurrency})
     n, p = args.n_samples, args.n_features
     folder = Path(tempfile.mkdtemp(prefix="zarr-reads-", dir=args.dir))
     try:
         t0 = time.perf_counter()
         stores = write(folder, n, p, args.widths)
-        print(f"X: {n} x {p} float64, {n * p * 8 / 1e6:.0f} MB; written in {time.perf_counter() - t0:.1f}s to {folder}")
+        import zarr
+        print(f"X: {n} x {p} float64, {n * p * 8 / 1e6:.0f} MB; written in {time.perf_counter() - t0:.1f}s to {folder}; "
+              f"zarr {zarr.__version__}, async.concurrency {zarr.config.get('async.concurrency')}")
         for (w, codec), array in stores.items():
             size = sum(f.stat().st_size for f in (folder / f"w{w}-{codec}.zarr").rglob("*") if f.is_file())
             print(f"  zarr, {w} column(s) a chunk, {codec}: {size / 1e6:.0f} MB on disk")
