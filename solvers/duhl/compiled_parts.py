@@ -169,9 +169,10 @@ def _fill(order, m, coord_bytes, budget, chosen):
 
 
 # the gap policy's block is a set (epochs and gap sums visit it in coordinate order), found
-# by radix selection on the gaps' bits: 12 bits (sign and exponent) in one pass over every
-# coordinate, then 13 more at a time over the boundary's candidates only
-TOP_BITS, LEVEL_BITS, FEW = 12, 13, 32
+# by radix selection on the gaps' bits: levels of at most MAX_BITS bits (fewer for fewer
+# candidates: a histogram costs its size), each over the candidates the last one left, down
+# to FEW (sorted) or to equal gaps
+MAX_BITS, FEW = 12, 32
 
 
 @njit(nogil=True, cache=True)
@@ -186,21 +187,34 @@ def _boundary(hist, remaining):
 
 
 @njit(nogil=True, cache=True)
+def _bit_length(x):
+    bits = 0
+    while x:
+        x >>= np.uint64(1)
+        bits += 1
+    return bits
+
+
+@njit(nogil=True, cache=True)
 def _gap_block(gaps, resident, coord_bytes, budget, chosen, keys, cand):
     """The gap policy's block into ``chosen`` (in no particular order), its size returned:
     the coordinates of the longest prefix of np.lexsort((~resident, -gaps)) (largest gap
     first, NaN last, resident first on ties, then by index) whose bytes fit ``budget``,
-    without sorting: each gap's bits as an unsigned key in the same order (``keys``), a
-    histogram of bytes by the top bits finds the bucket where the budget runs out, all
-    above it join, and only that bucket's coordinates (``cand``) are split further, down
-    to a few (sorted) or to equal gaps (taken resident first, by index). O(n): a sorted
-    prefix was 1.4 ms of a 5.8 ms round on w8a[20000]'s dual logistic (~8,000 distinct
-    gaps), this ~0.1 ms."""
+    without sorting: each gap's bits as an unsigned key in the same order (``keys``); a
+    histogram of bytes by the keys' next bits finds the bucket where the budget runs out,
+    those above it join, and only that bucket's coordinates (``cand``) go on to the next
+    bits, down to a few (sorted) or to equal gaps (taken resident first, by index). O(n):
+    a sorted prefix was 1.4 ms of a 5.8 ms round on w8a[20000]'s dual logistic (~8,000
+    distinct gaps), this ~0.1 ms."""
     n = gaps.shape[0]
-    hist = np.zeros((2, 1 << TOP_BITS), dtype=np.int64)  # two: no chain of adds to one bucket
     one = np.empty(1)
     one_bits = one.view(np.uint64)
     sign = np.uint64(1 << 63)
+    low, high = ~np.uint64(0), np.uint64(0)
+    big = n >= 4 << MAX_BITS  # the first level's histogram (the top bits: sign, exponent) in this pass
+    # two first-level histograms, odd and even coordinates: no chain of adds to one bucket (many equal gaps)
+    hist = np.zeros(2 << MAX_BITS, dtype=np.int64) if big else np.empty(1 << MAX_BITS if n > FEW else 1, np.int64)
+    top_shift = np.uint64(64 - MAX_BITS)
     for i in range(n):
         g = gaps[i]
         one[0] = g + 0.0  # -0.0 -> 0.0: a tie, as np.lexsort sees them
@@ -209,57 +223,69 @@ def _gap_block(gaps, resident, coord_bytes, budget, chosen, keys, cand):
         if g != g:
             u = np.uint64(0)  # NaN last
         keys[i] = u
-        hist[i & 1, u >> np.uint64(64 - TOP_BITS)] += coord_bytes[i]
-    top, remaining = _boundary(hist[0] + hist[1], budget)
-    if top < 0:  # everything fits
-        for i in range(n):
-            chosen[i] = i
-        return n
-    k, m = 0, 0
-    shift = np.uint64(64 - TOP_BITS)
-    mask = np.uint64((1 << TOP_BITS) - 1)
-    edge = np.uint64(top)
-    for i in range(n):  # branch-free: which side of the edge a coordinate falls is unpredictable
-        h = keys[i] >> shift
-        chosen[k] = i
-        k += h > edge
-        cand[m] = i
-        m += h == edge
-    sub = np.empty(1 << LEVEL_BITS, dtype=np.int64)
-    bits_left = 64 - TOP_BITS
-    while m > FEW and bits_left > 0:
-        low, high = keys[cand[0]], keys[cand[0]]
+        cand[i] = i
+        low, high = min(low, u), max(high, u)
+        if big:
+            hist[((i & 1) << MAX_BITS) + (u >> top_shift)] += coord_bytes[i]
+    k, m, remaining = 0, n, budget
+    if big and low != high:
+        hist[: 1 << MAX_BITS] += hist[1 << MAX_BITS:]
+        top, remaining = _boundary(hist[: 1 << MAX_BITS], remaining)
+        if top < 0:  # everything fits
+            chosen[:n] = cand[:n]
+            return n
+        edge = np.uint64(top)
+        m = 0
+        for i in range(n):  # branch-free: which side of the edge a coordinate falls is unpredictable
+            h = keys[i] >> top_shift
+            chosen[k] = i
+            k += h > edge
+            cand[m] = i
+            m += h == edge
+        low, high = ~np.uint64(0), np.uint64(0)
         for t in range(m):
             low, high = min(low, keys[cand[t]]), max(high, keys[cand[t]])
-        if low == high:  # equal gaps
-            break
-        bits_left = max(0, bits_left - LEVEL_BITS)
-        shift = np.uint64(bits_left)
-        mask = np.uint64((1 << LEVEL_BITS) - 1)
-        sub[:] = 0
+    while m > FEW and low != high:
+        bits_left = _bit_length(low ^ high)  # the bits below the candidates' common prefix
+        bits = min(bits_left, MAX_BITS, max(4, _bit_length(np.uint64(m)) - 2))
+        shift = np.uint64(bits_left - bits)
+        mask = np.uint64((1 << bits) - 1)
+        hist[: 1 << bits] = 0
         for t in range(m):
-            sub[(keys[cand[t]] >> shift) & mask] += coord_bytes[cand[t]]
-        top, remaining = _boundary(sub, remaining)
+            hist[(keys[cand[t]] >> shift) & mask] += coord_bytes[cand[t]]
+        top, remaining = _boundary(hist[: 1 << bits], remaining)
+        if top < 0:  # every candidate fits
+            chosen[k:k + m] = cand[:m]
+            return k + m
         edge = np.uint64(top)
         m_next = 0
-        for t in range(m):
+        low, high = ~np.uint64(0), np.uint64(0)
+        for t in range(m):  # branch-free: which side of the edge a coordinate falls is unpredictable
             i = cand[t]
-            h = (keys[i] >> shift) & mask
+            u = keys[i]
+            h = (u >> shift) & mask
             chosen[k] = i
             k += h > edge
             cand[m_next] = i
             m_next += h == edge
         m = m_next
-    if m > FEW:  # equal gaps: resident first, then by index (cand is in index order)
-        for resident_pass in (True, False):
-            for t in range(m):
-                i = cand[t]
-                if resident[i] == resident_pass:
-                    if coord_bytes[i] > remaining:
-                        return k
-                    remaining -= coord_bytes[i]
-                    chosen[k] = i
-                    k += 1
+        for t in range(m):
+            low, high = min(low, keys[cand[t]]), max(high, keys[cand[t]])
+    if m > FEW:  # equal gaps: resident first, then by index (cand is in index order; keys now scratch)
+        n_res, n_out = 0, 0
+        for t in range(m):  # branch-free split (often most of the coordinates: w8a's dual SVM's zeros)
+            i = cand[t]
+            cand[n_res] = i
+            n_res += resident[i]
+            keys[n_out] = i
+            n_out += not resident[i]
+        for t in range(n_res + n_out):
+            i = cand[t] if t < n_res else np.int64(keys[t - n_res])
+            if coord_bytes[i] > remaining:
+                return k
+            remaining -= coord_bytes[i]
+            chosen[k] = i
+            k += 1
         return k
     for j in range(1, m):  # a few: a stable insertion sort by (gap descending, resident first)
         item = cand[j]

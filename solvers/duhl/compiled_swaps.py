@@ -201,7 +201,7 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
         n_stale, m = 0, 0
         for i in range(n):
             stale[n_stale] = i
-            n_stale += not (resident[i] or proven[i])
+            n_stale += not (resident[i] | proven[i])  # | : no branch
             block[m] = i
             m += keep[i]
             resident[i] = keep[i]

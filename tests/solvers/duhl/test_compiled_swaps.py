@@ -162,12 +162,13 @@ def test_pairwise_sum_is_numpys():
         assert compiled._pairwise(x) == float(x.sum()), n
 
 
-@pytest.mark.parametrize("n", [1, 10, 40, 300, 5000])
+@pytest.mark.parametrize("n", [1, 10, 40, 300, 5000, 20000])
 def test_gap_selection_is_the_lexsort_prefix(n):
     """Both loops' gap policy (radix selection on the gaps' bits, no sort) picks the set of
     coordinates a full np.lexsort((~resident, -gaps)) puts in the longest prefix that fits:
     ties (many equal gaps, zeros, -0.0), NaN and -inf gaps, distinct gaps whose boundary
-    needs several levels of bits, sizes that vary, coordinates of no bytes."""
+    needs several levels of bits (20000: the first level counted in the keys' pass), sizes that vary,
+    coordinates of no bytes."""
     from solvers.duhl.selection import gap_block
 
     for trial in range(40):
