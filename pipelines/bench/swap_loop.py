@@ -2,6 +2,7 @@
 
     python -m pipelines.bench.swap_loop            # the peers benchmark's quick problems
     python -m pipelines.bench.swap_loop --repeats 5
+    python -m pipelines.bench.swap_loop --parts --arms "all resident,routed"
 
 Side by side in one run, per problem of ``pipelines.bench.peers --quick``: time to
 rel_gap 1e-6 (the first certified row at or below it) with all data resident, and
@@ -79,7 +80,13 @@ def main():
     parser.add_argument("--only", default=None, help="problems whose label contains this")
     parser.add_argument("--budget", type=float, default=0.25, help="memory_budget of the arms with part resident")
     parser.add_argument("--parts", action="store_true", help="the routed arm's CPU time per round, by part")
+    parser.add_argument("--arms", default=",".join(ARMS),
+                        help="comma-separated arms to run (the first is the ratios' base), e.g. 'all resident,routed'")
     args = parser.parse_args()
+    arms = args.arms.split(",")
+    unknown = sorted(set(arms) - set(ARMS))
+    if unknown:
+        parser.error(f"unknown arm(s) {unknown}; choose from {list(ARMS)}")
     parts = []
     print(f"load average {os.getloadavg()}, repeats {args.repeats}, memory_budget {args.budget}")
     print("| problem | arm | t_1e6 ms | x all resident | CPU ms, whole solve | x all resident | rounds | epochs "
@@ -95,13 +102,13 @@ def main():
                 print(f"| {label} | skipped: {err} |")
                 continue
             warm = {}
-            for arm in ARMS:
+            for arm in arms:
                 t0 = time.perf_counter()
                 run(problem, arm, 0, max_epochs=2, share=args.budget)
                 warm[arm] = time.perf_counter() - t0
-            runs = {arm: [] for arm in ARMS}
+            runs = {arm: [] for arm in arms}
             for seed in range(args.repeats):  # arms interleaved: a change of load hits them all
-                for arm in ARMS:
+                for arm in arms:
                     c0 = time.process_time()
                     res = run(problem, arm, seed, share=args.budget)
                     runs[arm].append((res, time.process_time() - c0))

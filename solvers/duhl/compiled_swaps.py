@@ -158,11 +158,10 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
     order = np.empty(n, dtype=np.int64)
     stale = np.empty(n, dtype=np.int64)
     positions = np.empty(row_coord.shape[0], dtype=np.int64)
-    block = np.empty(row_coord.shape[0], dtype=np.int64)
+    block = np.empty(n + 1, dtype=np.int64)  # + 1: the pass below writes one past the block
     out_g = np.empty(n)
     out_s = np.empty(n)
-    keys = np.empty(n)
-    guess = int(1.25 * budget * n / max(1, coord_bytes.sum())) + 16  # coordinates of a mean size that fit
+    keys = np.empty(n, dtype=np.uint64)
     timed = 0 if clock.shape[0] < len(PARTS) else (2 if clock.shape[0] > len(PARTS) else 1)
     proving, centred = proof
     norms, mu_abs, path, at, proven, z_old = proof_arrays
@@ -178,46 +177,47 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
             return _lap_total(clock, 1, t_start, timed)
     while True:
         t = _clock(timed) if timed else 0.0
-        k = _select(policy, gaps, resident, coord_bytes, budget, child, int(counters[6]), guess, chosen, order, keys)
-        guess = k + k // 4 + 16  # the next block's size is likely close
+        k = _select(policy, gaps, resident, coord_bytes, budget, child, int(counters[6]), chosen, order, keys)
         if policy == 1:
             counters[6] = (counters[6] + k) % n
-        # the swap: coordinates not in the block join it (their data copied in)
+        # the swap: coordinates not in the block join it (their data copied in); branch-free
+        # loops here and below (which coordinates are in the block or stale is unpredictable)
         keep[:] = False
-        n_joined = 0
+        n_joined, moved = 0, 0
         for j in range(k):
             i = chosen[j]
             keep[i] = True
-            if not resident[i]:
-                joined[n_joined] = i
-                n_joined += 1
-                counters[3] += coord_bytes[i]
+            joined[n_joined] = i
+            new = not resident[i]
+            n_joined += new
+            moved += coord_bytes[i] if new else 0
         counters[2] += n_joined
+        counters[3] += moved
         t = _lap(clock, 0, t, timed)
         _swap_in(A, B, row_coord, pos, keep, joined, n_joined)
         t = _lap(clock, 1, t, timed)
-        block_gap = 0.0
-        for i in range(n):
-            if keep[i]:
-                block_gap += gaps[i]
-        cut = shrink_cut(theta) * block_gap / max(1, k)  # 0, or a small share of the block's gap (logistic)
         # one pass in coordinate order (as the resident set visits them): the stale gaps (not in
-        # the last round's block), the block's rows, those with a gap above the cut
-        n_stale, n_gap, m = 0, 0, 0
+        # the last round's block), the block
+        n_stale, m = 0, 0
         for i in range(n):
-            if not resident[i] and not proven[i]:
-                stale[n_stale] = i
-                n_stale += 1
-                if counters[8] == 0.0:  # refreshed below, at the dual path's length now
-                    at[i, 0], at[i, 1] = path[0], path[1]
-            if keep[i]:
-                positions[m] = pos[i]
-                block[m] = i
-                m += 1
-                if gaps[i] > cut:
-                    visit[n_gap] = pos[i]
-                    n_gap += 1
+            stale[n_stale] = i
+            n_stale += not (resident[i] | proven[i])  # | : no branch
+            block[m] = i
+            m += keep[i]
             resident[i] = keep[i]
+        if proving and counters[8] == 0.0:  # the stale gaps are refreshed below, at the dual path's length now
+            for j in range(n_stale):
+                at[stale[j], 0], at[stale[j], 1] = path[0], path[1]
+        block_gap = 0.0
+        for j in range(m):
+            block_gap += gaps[block[j]]
+        cut = shrink_cut(theta) * block_gap / max(1, k)  # 0, or a small share of the block's gap (logistic)
+        n_gap = 0  # the block's rows, and those with a gap above the cut
+        for j in range(m):
+            i = block[j]
+            positions[j] = pos[i]
+            visit[n_gap] = pos[i]
+            n_gap += gaps[i] > cut
         use_gap = shrinking and 0 < n_gap < k  # a working set inside the block
         n_active = n_gap if use_gap else m
         if not use_gap:

@@ -13,6 +13,8 @@ priority order:
 
 import numpy as np
 
+from solvers.duhl.compiled_parts import _gap_block
+
 
 def _fill(order, coord_bytes, budget):
     """The longest prefix of ``order`` whose bytes fit in ``budget``."""
@@ -20,28 +22,18 @@ def _fill(order, coord_bytes, budget):
     return order[: int(np.searchsorted(used, budget, side="right"))]
 
 
-def gap_block(gaps, resident, coord_bytes, budget, guess=0):
-    """The gap policy's block: the longest prefix of np.lexsort((~resident, -gaps)) (largest
-    gap first, NaN last, resident first on ties, then by index) that fits ``budget``, with
-    only a prefix of that order sorted: the gaps above the size-th largest one (size about
-    ``guess`` coordinates, doubled while the block does not end inside it), then the ties
-    at it. A full lexsort was 1.5 ms of a 3.4 ms round on w8a's dual SVM. The compiled loop
-    (solvers.duhl.compiled_parts._select) picks the same block, in the same order."""
+def gap_block(gaps, resident, coord_bytes, budget):
+    """The gap policy's block, in coordinate order: the coordinates of the longest prefix of
+    np.lexsort((~resident, -gaps)) (largest gap first, NaN last, resident first on ties,
+    then by index) that fits ``budget``. A set is all a block needs (epochs and gap sums
+    visit it in coordinate order), found in O(n) by the compiled loop's radix selection
+    (solvers.duhl.compiled_parts._gap_block): no sort."""
     n = gaps.shape[0]
-    size = min(n, max(int(guess), 16))
-    while 2 * size < n:
-        threshold = -np.partition(-gaps, size - 1)[size - 1]
-        if np.isnan(threshold):
-            break
-        above = np.flatnonzero(gaps > threshold)
-        ties = np.flatnonzero(gaps == threshold)
-        order = np.concatenate([above[np.lexsort((~resident[above], -gaps[above]))],
-                                ties[np.argsort(~resident[ties], kind="stable")]])
-        chosen = _fill(order, coord_bytes, budget)
-        if chosen.shape[0] < order.shape[0] or order.shape[0] == n:
-            return chosen
-        size *= 2
-    return _fill(np.lexsort((~resident, -gaps)), coord_bytes, budget)
+    chosen = np.empty(n, dtype=np.int64)
+    k = _gap_block(np.ascontiguousarray(gaps, dtype=np.float64), np.ascontiguousarray(resident, dtype=np.bool_),
+                   np.ascontiguousarray(coord_bytes, dtype=np.int64), int(budget), chosen,
+                   np.empty(n, dtype=np.uint64), np.empty(n, dtype=np.int64))
+    return np.sort(chosen[:k])
 
 
 class Policy:
@@ -53,15 +45,10 @@ class Policy:
         self.rng = rng
         self.cursor = 0
         self._next = None  # the next block, when peek drew it ahead (random, importance)
-        # coordinates of a mean size that fit: the first guess of the gap policy's block size
-        self._guess = int(1.25 * budget * coord_bytes.shape[0] / max(1, int(coord_bytes.sum()))) + 16
 
     def _order(self, gap_memory, resident_mask):
-        """Every coordinate, in the policy's priority order for the next block."""
+        """Every coordinate, in the priority order of a policy but gap for the next block."""
         n = self.coord_bytes.shape[0]
-        if self.name == "gap":
-            # primary key: -gap (largest first); secondary: resident first
-            return np.lexsort((~resident_mask, -gap_memory))
         if self.name == "sequential":
             return np.roll(np.arange(n), -self.cursor)
         if self.name == "random":
@@ -74,9 +61,8 @@ class Policy:
     def select(self, gap_memory, resident_mask):
         if self._next is not None:  # drawn ahead by peek
             chosen, self._next = self._next, None
-        elif self.name == "gap":  # the next block's size is likely close to the last one's
-            chosen = gap_block(gap_memory, resident_mask, self.coord_bytes, self.budget, self._guess)
-            self._guess = chosen.shape[0] + chosen.shape[0] // 4 + 16
+        elif self.name == "gap":
+            chosen = gap_block(gap_memory, resident_mask, self.coord_bytes, self.budget)
         else:
             chosen = _fill(self._order(gap_memory, resident_mask), self.coord_bytes, self.budget)
         if self.name == "sequential":

@@ -162,31 +162,34 @@ def test_pairwise_sum_is_numpys():
         assert compiled._pairwise(x) == float(x.sum()), n
 
 
-@pytest.mark.parametrize("n", [1, 10, 40, 300, 5000])
+@pytest.mark.parametrize("n", [1, 10, 40, 300, 5000, 20000])
 def test_gap_selection_is_the_lexsort_prefix(n):
-    """Both loops' gap policy (a sorted prefix of the order only: a threshold found by
-    np.partition, grown while the block does not end inside it) picks the block a full
-    np.lexsort((~resident, -gaps)) picks, in its order: ties (many equal gaps, zeros), NaN
-    gaps, sizes that vary, any first guess of the block's size."""
+    """Both loops' gap policy (radix selection on the gaps' bits, no sort) picks the set of
+    coordinates a full np.lexsort((~resident, -gaps)) puts in the longest prefix that fits:
+    ties (many equal gaps, zeros, -0.0), NaN and -inf gaps, distinct gaps whose boundary
+    needs several levels of bits (20000: the first level counted in the keys' pass), sizes that vary,
+    coordinates of no bytes."""
     from solvers.duhl.selection import gap_block
 
     for trial in range(40):
         rng = np.random.default_rng(trial)
-        gaps = np.round(rng.random(n), 1) if trial % 2 else rng.standard_normal(n) ** 2
+        gaps = (np.round(rng.random(n), 1) if trial % 2 else rng.standard_normal(n) ** 2
+                if trial % 5 else rng.lognormal(-8, 3, n))
         gaps[rng.random(n) < 0.3] = 0.0
+        gaps[rng.random(n) < 0.05] = -0.0
         if trial % 4 == 3:
             gaps[rng.random(n) < 0.05] = np.nan
+            gaps[rng.random(n) < 0.02] = -np.inf
         resident = rng.random(n) < 0.3
-        coord_bytes = rng.integers(1, 100, n) if trial % 3 else np.full(n, 8)
-        budget = int(coord_bytes.sum() * rng.uniform(0.02, 1.0))
+        coord_bytes = rng.integers(0 if trial % 6 else 1, 100, n) if trial % 3 else np.full(n, 8)
+        budget = int(coord_bytes.sum() * rng.uniform(0.0, 1.05))
         order = np.lexsort((~resident, -gaps))
-        expected = order[: int(np.searchsorted(np.cumsum(coord_bytes[order]), budget, side="right"))]
-        for guess in (0, 5, expected.shape[0], n):
-            np.testing.assert_array_equal(gap_block(gaps, resident, coord_bytes, budget, guess), expected)
-            chosen = np.empty(n, np.int64)
-            k = compiled._select(0, gaps, resident, coord_bytes, budget, rng, 0, guess, chosen,
-                                 np.empty(n, np.int64), np.empty(n))
-            np.testing.assert_array_equal(chosen[:k], expected)
+        expected = np.sort(order[: int(np.searchsorted(np.cumsum(coord_bytes[order]), budget, side="right"))])
+        np.testing.assert_array_equal(gap_block(gaps, resident, coord_bytes, budget), expected)
+        chosen = np.empty(n, np.int64)
+        k = compiled._select(0, gaps, resident, coord_bytes, budget, rng, 0, chosen, np.empty(n, np.int64),
+                             np.empty(n, np.uint64))
+        np.testing.assert_array_equal(np.sort(chosen[:k]), expected)
 
 
 @SPARSE
