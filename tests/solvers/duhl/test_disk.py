@@ -132,7 +132,7 @@ def test_tmp_path_is_on_a_disk(tmp_path):
 
 
 # --------------------------------------------------------------- exactness ---
-@pytest.mark.parametrize("threads,max_request", [(1, 8 << 20), (4, 8 << 20), (3, 2 * PAGE)])
+@pytest.mark.parametrize("threads,max_request", [(1, 8 << 20), (4, 8 << 20), (3, 2 * PAGE), (16, 2 << 20)])
 @pytest.mark.parametrize("store", STORES)
 def test_reads_equal_np_load(stores, store, threads, max_request):
     """read_into, prefetch with scattered destination rows, and chunks; into aligned rows
@@ -181,7 +181,7 @@ def test_concurrent_prefetches_and_counters(stores):
 
 
 # ------------------------------------------------------ accounting, cache ---
-@pytest.mark.parametrize("direct,threads", [(None, 4), (False, 1), (False, 4)])
+@pytest.mark.parametrize("direct,threads", [(None, 4), (None, 16), (False, 1), (False, 4)])
 @pytest.mark.parametrize("store", STORES)
 def test_bytes_read_is_what_the_os_counts(stores, store, direct, threads):
     """O_DIRECT: the OS counts exactly bytes_read; it exceeds the coordinates' bytes only by
