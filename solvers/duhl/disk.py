@@ -20,8 +20,10 @@ of the coordinates on this project's machine, against about 1 GB/s here). So:
   512 buffers: IOV_MAX is 1024); a few threads issue them, since ``preadv`` releases the GIL.
 - ``max_hole``: two wanted coordinates at most this many bytes apart share a request too;
   the hole between them is read into a scratch buffer and dropped (and counted: the disk
-  read it). On a disk whose cost is per request (a VM's virtio disk, a cloud volume),
-  scattered rows read faster with fewer, longer requests (pipelines.bench.disk_reads).
+  read it): fewer requests for more bytes. It pays where requests, not bytes, bound the
+  rate; on this project's machine, with 16 requests in flight, it does not (0.9-1.1x the
+  rate of useful bytes for holes of one 40 KB row, 0.6-1x for 320 KB columns:
+  pipelines.bench.disk_reads), so it is off (0) by default.
 - ``scale``: each coordinate multiplied by its own factor as it lands, in the reader's
   threads, in the bounce buffer's copy where there is one (the dual models' rows y_i x_i from
   the plain X, with y_i = +-1: exact).
