@@ -429,3 +429,23 @@ def test_errors_name_the_problem(tmp_path, stores):
     m.close()
     with pytest.raises(ValueError, match="is closed"):
         m.read_into([1], ok)
+
+
+def test_the_solvers_reader_puts_more_requests_in_flight_for_small_coordinates(tmp_path, stores):
+    """OnDisk's reader: 16 threads of 2 MB requests for coordinates under 128 KB (rows of 8008
+    bytes), DiskMatrix's 4 of 8 MB for longer ones (Fortran columns of 16,400 float64: 131,200
+    bytes); both read what np.load reads."""
+    from solvers.duhl.on_disk import OnDisk
+    path, M = stores["np.save C odd"]
+    small = OnDisk(path).matrix
+    assert (small.threads, small.max_request, small.row_bytes) == (16, 2 << 20, 8008)
+    X = np.random.default_rng(2).standard_normal((16400, 2))
+    np.save(tmp_path / "long.npy", np.asfortranarray(X))
+    long = OnDisk(tmp_path / "long.npy")
+    assert (long.matrix.threads, long.matrix.max_request, long.matrix.row_bytes) == (4, 8 << 20, 131200)
+    np.testing.assert_array_equal(long.load(), X.T)
+    out = aligned_empty((3, M.shape[1]))
+    small.read_into([36, 0, 17], out)
+    np.testing.assert_array_equal(out, M[[36, 0, 17]])
+    small.close()
+    long.matrix.close()
