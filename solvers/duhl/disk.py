@@ -18,6 +18,12 @@ of the coordinates on this project's machine, against about 1 GB/s here). So:
   (``POSIX_FADV_DONTNEED``, widened to page bounds: it drops only whole pages).
 - Adjacent coordinates coalesce into one request of at most ``max_request`` bytes (and
   512 buffers: IOV_MAX is 1024); a few threads issue them, since ``preadv`` releases the GIL.
+- ``max_hole``: two wanted coordinates at most this many bytes apart share a request too;
+  the hole between them is read into a scratch buffer and dropped (and counted: the disk
+  read it): fewer requests for more bytes. It pays where requests, not bytes, bound the
+  rate; on this project's machine, with 16 requests in flight, it does not (0.9-1.1x the
+  rate of useful bytes for holes of one 40 KB row, 0.6-1x for 320 KB columns:
+  pipelines.bench.disk_reads), so it is off (0) by default.
 - ``scale``: each coordinate multiplied by its own factor as it lands, in the reader's
   threads, in the bounce buffer's copy where there is one (the dual models' rows y_i x_i from
   the plain X, with y_i = +-1: exact).
@@ -31,17 +37,15 @@ import threading
 import time
 import weakref
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
-from solvers.duhl.disk_files import PAGE, RAM_FILE_SYSTEMS, aligned_empty, fs_type, open_direct, read_npy_header
+from solvers.duhl.disk_files import (MAX_IOV, PAGE, RAM_FILE_SYSTEMS, Request, aligned_empty, fs_type, open_direct,
+                                     preadv_all, read_npy_header, release)
 from solvers.duhl.disk_files import write_coordinate_major  # noqa: F401 - part of this module's API
 
 __all__ = ["DiskMatrix", "ReadStats", "aligned_empty", "write_coordinate_major"]
-
-MAX_IOV = 512  # buffers per preadv, well under Linux's IOV_MAX of 1024
-
 
 @dataclass
 class ReadStats:
@@ -59,18 +63,6 @@ class ReadStats:
         return self.useful_bytes / self.seconds / 1e9 if self.seconds else float("nan")
 
 
-@dataclass
-class _Request:
-    """One disk read of ``length`` bytes at ``offset``: straight into ``iov`` (a list of
-    destination memoryviews), or into a bounce buffer whose ``pieces`` (start in the
-    request, destination) are copied out after."""
-    offset: int
-    length: int
-    iov: list = field(default_factory=list)
-    pieces: list = field(default_factory=list)
-    scales: object = None  # each destination's factors (scale[coords]): applied after the read
-
-
 class DiskMatrix:
     """A dense coordinate-major matrix in an .npy on disk: row i of the (n_coords, length) matrix is
     coordinate i. A C-order (n_coords, length) .npy, or a Fortran-order (length, n_coords) .npy
@@ -85,18 +77,24 @@ class DiskMatrix:
 
     ``scale``: None, or one factor per coordinate: what a read delivers is coordinate i
     times scale[i] (multiplied in the reader's threads, while other requests are in flight).
+
+    ``max_hole``: bytes between two wanted coordinates that one request reads through (and
+    ``bytes_read`` counts); 0 reads only the coordinates asked for.
     """
 
-    def __init__(self, path, *, threads=4, max_request=8 << 20, direct=None, scale=None):
+    def __init__(self, path, *, threads=4, max_request=8 << 20, direct=None, scale=None, max_hole=0):
         if int(threads) < 1:
             raise ValueError(f"The 'threads' parameter of DiskMatrix must be an int >= 1. Got {threads!r} instead.")
         if int(max_request) < PAGE:
             raise ValueError(f"The 'max_request' parameter of DiskMatrix must be at least {PAGE} bytes. "
                              f"Got {max_request!r} instead.")
+        if not isinstance(max_hole, (int, np.integer)) or max_hole < 0:
+            raise ValueError(f"The 'max_hole' parameter of DiskMatrix must be an int >= 0 (bytes). "
+                             f"Got {max_hole!r} instead.")
         if direct not in (None, True, False):
             raise ValueError(f"The 'direct' parameter of DiskMatrix must be None, True or False. Got {direct!r} instead.")
         self.path, self.threads, self.max_request = os.fspath(path), int(threads), int(max_request)
-        self._direct_asked = direct
+        self._direct_asked, self.max_hole = direct, int(max_hole)
         shape, fortran, dtype, self.offset, size = read_npy_header(self.path)
         if len(shape) != 2 or dtype.hasobject or dtype.itemsize == 0:
             raise ValueError(f"DiskMatrix needs a 2-D numeric .npy; {self.path} holds a {dtype} array of shape {shape}")
@@ -118,19 +116,22 @@ class DiskMatrix:
             fd = os.open(self.path, os.O_RDONLY)
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)  # read what is asked, no readahead
         self.direct = self.align is not None
+        # the holes' bytes land here (every hole of every request: they are never read back)
+        self._scratch = memoryview(mmap.mmap(-1, -(-self.max_hole // PAGE) * PAGE)) if self.max_hole else None
         self.bytes_read, self.read_s, self.useful_bytes = 0, 0.0, 0
         self._fd, self._lock, self._tls = fd, threading.Lock(), threading.local()
         self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="diskmatrix")
-        self._finalizer = weakref.finalize(self, _release, self._pool, fd)
+        self._finalizer = weakref.finalize(self, release, self._pool, fd)
 
     def __repr__(self):
         how = f"O_DIRECT ({self.align}-byte aligned)" if self.direct else "buffered + FADV_DONTNEED"
+        how += f", holes up to {self.max_hole} bytes read through" if self.max_hole else ""
         return (f"DiskMatrix({self.path!r}, shape={self.shape}, dtype={self.dtype}, "
                 f"{'Fortran' if self.fortran else 'C'} order, {how} on {self.fs_type})")
 
     def __getstate__(self):
         return {"path": self.path, "threads": self.threads, "max_request": self.max_request,
-                "direct": self._direct_asked, "scale": self.scale}
+                "direct": self._direct_asked, "scale": self.scale, "max_hole": self.max_hole}
 
     def _check_scale(self, scale, dtype):
         if scale is None:
@@ -240,51 +241,71 @@ class DiskMatrix:
         return r.astype(np.int64, copy=False)
 
     def _plan(self, coords, out, rows):
-        """The requests reading ``coords`` into ``out[rows]``: runs of adjacent coordinates
-        (in file order), cut at ``max_request`` bytes and MAX_IOV rows."""
+        """The requests reading ``coords`` into ``out[rows]``: runs of coordinates (in file
+        order) at most ``max_hole`` bytes apart, cut at ``max_request`` bytes and MAX_IOV
+        buffers. Vectorised, then one short Python step per request (a request costs the
+        caller's thread microseconds: scattered rows make thousands)."""
         order = np.argsort(coords, kind="stable")
         c, r = coords[order], rows[order]
+        if not c.size:
+            return []
         stride, align = self.row_bytes, self.align or 1
         view = memoryview(out.reshape(-1).view(np.uint8))
         # straight into the rows only if every file offset, size and address is aligned
         direct_ok = (self.offset % align == 0 and stride % align == 0 and out.ctypes.data % align == 0)
-        per_request = max(1, min(self.max_request // stride, MAX_IOV))
-        piece = self.max_request - self.max_request % PAGE  # a coordinate longer than a request is cut
+        scales = None if self.scale is None else self.scale[c]
+        cl, rl = c.tolist(), r.tolist()
+        if stride > self.max_request:  # a coordinate longer than a request: cut in pieces
+            piece = self.max_request - self.max_request % PAGE
+            return [self._request(self.offset + x * stride + p, min(piece, stride - p),
+                                  [(0, view[y * stride + p:y * stride + min(stride, p + piece)])], direct_ok,
+                                  None if scales is None else scales[i:i + 1])
+                    for i, (x, y) in enumerate(zip(cl, rl)) for p in range(0, stride, piece)]
+        hole_rows = self.max_hole // stride
+        # a request spans at most this many rows of the file: a buffer per row, one per hole
+        per_request = max(1, min(self.max_request // stride, MAX_IOV // (2 if hole_rows else 1)))
+        step = np.diff(c)
+        # a run: coordinates at most hole_rows apart (a repeat starts a new one: each read once)
+        new_run = np.concatenate([[True], (step == 0) | (step > hole_rows + 1)])
+        first = c[new_run][np.cumsum(new_run) - 1]  # each coordinate's run's first
+        part = (c - first) // per_request  # runs cut every per_request rows of the file
+        new_req = new_run.copy()
+        new_req[1:] |= part[1:] != part[:-1]
+        starts = np.flatnonzero(new_req)
+        ends = np.append(starts[1:], c.size)
+        # one destination when the request's coordinates are adjacent and go to consecutive rows
+        breaks = np.cumsum(np.concatenate([[True], (step != 1) | (np.diff(r) != 1)]))
+        single = (breaks[ends - 1] == breaks[starts]).tolist()
         reqs = []
-        for run_c, run_r in zip(*(np.split(a, np.flatnonzero(np.diff(c) != 1) + 1) for a in (c, r))):
-            for s in range(0, run_c.size, per_request):
-                cc, rr = run_c[s:s + per_request], run_r[s:s + per_request]
-                start = self.offset + int(cc[0]) * stride
-                if stride > self.max_request:
-                    for p in range(0, stride, piece):
-                        n = min(piece, stride - p)
-                        dst = view[int(rr[0]) * stride + p:int(rr[0]) * stride + p + n]
-                        reqs.append(self._request(start + p, [dst], direct_ok, cc[:1]))
-                elif np.all(np.diff(rr) == 1):  # consecutive rows: one destination
-                    reqs.append(self._request(start, [view[int(rr[0]) * stride:(int(rr[-1]) + 1) * stride]],
-                                              direct_ok, cc))
-                else:
-                    reqs.append(self._request(start, [view[int(x) * stride:(int(x) + 1) * stride] for x in rr],
-                                              direct_ok, cc))
+        for s, e, one in zip(starts.tolist(), ends.tolist(), single):
+            c0 = cl[s]
+            if one:
+                dsts = [(0, view[rl[s] * stride:(rl[e - 1] + 1) * stride])]
+            else:
+                dsts = [((cl[i] - c0) * stride, view[rl[i] * stride:(rl[i] + 1) * stride]) for i in range(s, e)]
+            reqs.append(self._request(self.offset + c0 * stride, (cl[e - 1] - c0 + 1) * stride, dsts, direct_ok,
+                                      None if scales is None else scales[s:e]))
         return reqs
 
-    def _request(self, start, dsts, direct_ok, coords):
-        length = sum(d.nbytes for d in dsts)
-        scales = None if self.scale is None else self.scale[coords]
+    def _request(self, start, length, dsts, direct_ok, scales):
+        """A request for ``length`` bytes at ``start`` delivering ``dsts`` ((start in the request,
+        destination)); the bytes between them are a hole, read and dropped."""
         if direct_ok:
-            return _Request(start, length, iov=dsts, scales=scales)
+            iov, pos = [], 0
+            for at, d in dsts:
+                if at > pos:  # a hole: into the scratch buffer
+                    iov.append(self._scratch[:at - pos])
+                iov.append(d)
+                pos = at + d.nbytes
+            return Request(start, length, iov=iov, pieces=dsts, scales=scales)
         lo = start - start % self.align
         hi = -(-(start + length) // self.align) * self.align
-        pieces, pos = [], start - lo
-        for d in dsts:
-            pieces.append((pos, d))
-            pos += d.nbytes
-        return _Request(lo, hi - lo, pieces=pieces, scales=scales)
+        return Request(lo, hi - lo, pieces=[(start - lo + at, d) for at, d in dsts], scales=scales)
 
     def _scale(self, q, src=None):
         """Multiply what ``q`` delivered by its coordinates' factors: in place (``src`` None), or
         from the bounce buffer ``src`` as it is copied out (one pass over the bytes, not two)."""
-        pieces = q.pieces if src is not None else [(0, d) for d in q.iov]
+        pieces = q.pieces
         # a factor per destination (a row, or a piece of one), or one destination for a run of rows
         factors = q.scales[:, None] if len(pieces) == q.scales.size else [q.scales[:, None]]
         for (pos, d), f in zip(pieces, factors):
@@ -303,10 +324,10 @@ class DiskMatrix:
     def _read(self, q) -> int:
         """Do one request; the bytes the disk was asked for."""
         if q.iov:
-            got = _preadv_all(self._fd, q.iov, q.offset)
+            got = preadv_all(self._fd, q.iov, q.offset)
         else:
             buf = self._bounce(q.length)
-            got = _preadv_all(self._fd, [buf], q.offset, to_eof=True)
+            got = preadv_all(self._fd, [buf], q.offset, to_eof=True)
             if got < q.pieces[-1][0] + q.pieces[-1][1].nbytes:  # the file shrank since it was opened
                 raise EOFError(f"{self.path} ends at byte {q.offset + got}, before the data its header announces")
             src = np.frombuffer(buf, np.uint8)
@@ -367,32 +388,3 @@ class DiskMatrix:
         for _ in range(state["left"]):
             self._pool.submit(worker)
         return fut
-
-
-def _release(pool, fd):
-    """Close the file (at close(), or when the matrix is collected: then no read is in
-    flight, and this may run in one of the pool's own threads, which cannot wait for itself)."""
-    pool.shutdown(wait=False)
-    os.close(fd)
-
-
-def _preadv_all(fd, bufs, offset, to_eof=False) -> int:
-    """``os.preadv`` until ``bufs`` are full (a read may come back short); at the end of the
-    file an error unless ``to_eof`` (an aligned bounce read may reach past the end)."""
-    want = sum(b.nbytes for b in bufs)
-    got = os.preadv(fd, bufs, offset)
-    while got < want:
-        rest, skip = [], got
-        for b in bufs:
-            if skip >= b.nbytes:
-                skip -= b.nbytes
-            else:
-                rest.append(b[skip:])
-                skip = 0
-        n = os.preadv(fd, rest[:MAX_IOV], offset + got)
-        if n == 0:
-            if to_eof:
-                return got
-            raise EOFError(f"end of file at byte {offset + got}, {want - got} bytes short")
-        got += n
-    return got

@@ -4,7 +4,8 @@
 every coordinate starts at an offset O_DIRECT can read from (``np.save``'s 128-byte header
 puts them all off the 512-byte alignment, which costs :class:`solvers.duhl.disk.DiskMatrix`
 a copy through a bounce buffer). Also the small pieces the reader shares: page-aligned
-buffers, the file-system type, an .npy header read without dragging data into the page cache.
+buffers, the file-system type, an .npy header read without dragging data into the page cache,
+the request type and the preadv loop.
 
 NumPy and the standard library only; Linux (O_DIRECT, posix_fadvise, /proc/self/mounts).
 """
@@ -14,15 +15,18 @@ import mmap
 import os
 import stat
 import struct
+from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["aligned_empty", "fs_type", "open_direct", "read_npy_header", "write_coordinate_major"]
+__all__ = ["Request", "aligned_empty", "fs_type", "open_direct", "preadv_all", "read_npy_header", "release",
+           "write_coordinate_major"]
 
 PAGE = mmap.PAGESIZE
 RAM_FILE_SYSTEMS = {"tmpfs", "ramfs", "hugetlbfs"}  # O_DIRECT "works" there, but the data is RAM
 HEADER_BYTES = 4096  # write_coordinate_major's data offset: aligned for any O_DIRECT block size
 STAGE_BYTES = 8 << 20  # write_coordinate_major's staging buffer: one write per 8 MB
+MAX_IOV = 512  # buffers per preadv, well under Linux's IOV_MAX of 1024
 
 def aligned_empty(shape, dtype=np.float64, align=4096) -> np.ndarray:
     """``np.empty`` whose data starts at a multiple of ``align`` (an anonymous mmap is page
@@ -173,3 +177,46 @@ def write_coordinate_major(path, n_coords, length, blocks, dtype=np.float64, *, 
     finally:
         os.close(dirfd)
     return HEADER_BYTES + data_bytes
+
+
+# ------------------------------------------------------- the reader's requests ---
+@dataclass
+class Request:
+    """One disk read of ``length`` bytes at ``offset``: straight into ``iov`` (a list of
+    memoryviews: the destinations, and a scratch buffer for each hole), or into a bounce
+    buffer. ``pieces``: (start in the request, destination) of the wanted bytes, copied out
+    of the bounce buffer after (``iov`` empty), or already in place."""
+    offset: int
+    length: int
+    iov: list = field(default_factory=list)
+    pieces: list = field(default_factory=list)
+    scales: object = None  # each destination's factors (scale[coords]): applied after the read
+
+
+def release(pool, fd):
+    """Close the file (at close(), or when the matrix is collected: then no read is in
+    flight, and this may run in one of the pool's own threads, which cannot wait for itself)."""
+    pool.shutdown(wait=False)
+    os.close(fd)
+
+
+def preadv_all(fd, bufs, offset, to_eof=False) -> int:
+    """``os.preadv`` until ``bufs`` are full (a read may come back short); at the end of the
+    file an error unless ``to_eof`` (an aligned bounce read may reach past the end)."""
+    want = sum(b.nbytes for b in bufs)
+    got = os.preadv(fd, bufs, offset)
+    while got < want:
+        rest, skip = [], got
+        for b in bufs:
+            if skip >= b.nbytes:
+                skip -= b.nbytes
+            else:
+                rest.append(b[skip:])
+                skip = 0
+        n = os.preadv(fd, rest[:MAX_IOV], offset + got)
+        if n == 0:
+            if to_eof:
+                return got
+            raise EOFError(f"end of file at byte {offset + got}, {want - got} bytes short")
+        got += n
+    return got

@@ -132,7 +132,7 @@ def test_tmp_path_is_on_a_disk(tmp_path):
 
 
 # --------------------------------------------------------------- exactness ---
-@pytest.mark.parametrize("threads,max_request", [(1, 8 << 20), (4, 8 << 20), (3, 2 * PAGE)])
+@pytest.mark.parametrize("threads,max_request", [(1, 8 << 20), (4, 8 << 20), (3, 2 * PAGE), (16, 2 << 20)])
 @pytest.mark.parametrize("store", STORES)
 def test_reads_equal_np_load(stores, store, threads, max_request):
     """read_into, prefetch with scattered destination rows, and chunks; into aligned rows
@@ -181,7 +181,7 @@ def test_concurrent_prefetches_and_counters(stores):
 
 
 # ------------------------------------------------------ accounting, cache ---
-@pytest.mark.parametrize("direct,threads", [(None, 4), (False, 1), (False, 4)])
+@pytest.mark.parametrize("direct,threads", [(None, 4), (None, 16), (False, 1), (False, 4)])
 @pytest.mark.parametrize("store", STORES)
 def test_bytes_read_is_what_the_os_counts(stores, store, direct, threads):
     """O_DIRECT: the OS counts exactly bytes_read; it exceeds the coordinates' bytes only by
@@ -207,6 +207,61 @@ def test_bytes_read_is_what_the_os_counts(stores, store, direct, threads):
             if m.direct and m.offset % PAGE == 0 and m.row_bytes % 512 == 0:
                 assert st.bytes_read == st.useful_bytes  # zero copy: no padding at all
         assert m.bytes_read == total
+
+
+def spans(sel, hole_rows):
+    """Rows of the file a reader through holes of up to ``hole_rows`` rows reads for ``sel``:
+    the sorted distinct coordinates, merged where at most hole_rows lie between two, and a
+    repeated coordinate once more (each request reads a row once)."""
+    c = np.unique(sel)
+    cuts = np.flatnonzero(np.diff(c) > hole_rows + 1) + 1
+    return sum(int(run[-1] - run[0] + 1) for run in np.split(c, cuts)) + sel.size - c.size if c.size else 0
+
+
+@pytest.mark.parametrize("direct,threads", [(None, 4), (False, 1)])
+@pytest.mark.parametrize("store", STORES)
+def test_reading_through_holes(stores, store, direct, threads):
+    """max_hole: the rows equal np.load's (scaled too), nothing written outside them; the OS
+    counts exactly bytes_read (one thread when buffered), which is the merged spans' rows
+    (np.unique and a split: an independent count) plus alignment padding only, holes
+    included; fewer requests than without holes; no page left in the cache."""
+    path, M = stores[store]
+    rng = np.random.default_rng(3)
+    row = M.shape[1] * M.itemsize
+    scale = np.where(rng.random(M.shape[0]) < 0.5, -1.0, 1.0).astype(M.dtype)
+    for hole_rows, max_request in ((1, 8 << 20), (3, 8 << 20), (3, 4 * row)):
+        kw = dict(threads=threads, direct=direct, max_request=max(PAGE, max_request))
+        with DiskMatrix(path, max_hole=hole_rows * row + row - 1, **kw) as m, \
+                DiskMatrix(path, max_hole=0, **kw) as plain, DiskMatrix(path, max_hole=hole_rows * row, scale=scale,
+                                                                        **kw) as scaled:
+            assert "holes up to" in repr(m) and m.max_hole == hole_rows * row + row - 1
+            k = M.shape[0]
+            out = aligned_empty((k + 2, M.shape[1]), M.dtype)
+            sels = selections(M.shape[0], rng)[1:] + [np.arange(0, M.shape[0], 2), np.arange(1, M.shape[0], 4),
+                                                      rng.choice(M.shape[0], M.shape[0] // 2, replace=False)]
+            for sel in sels:
+                drop_cache(path)
+                out[:] = np.nan
+                rows = rng.permutation(k + 2)[:sel.size]
+                before = os_read_bytes()
+                st = m.read_into(sel, out, rows)
+                counted = os_read_bytes() - before
+                np.testing.assert_array_equal(out[rows], M[sel])
+                rest = np.ones(k + 2, bool)
+                rest[rows] = False
+                assert np.isnan(out[rest]).all()  # the holes went elsewhere
+                assert counted == st.bytes_read, (sel, counted, st)
+                wanted = spans(sel, hole_rows) * row  # a short max_request cuts some holes: fewer
+                least = wanted if max_request == 8 << 20 else st.useful_bytes
+                assert least <= st.bytes_read <= wanted + st.requests * 2 * (m.align or PAGE)
+                if m.direct and m.offset % PAGE == 0 and row % 512 == 0 and max_request == 8 << 20:
+                    assert st.bytes_read == wanted  # aligned rows: the spans exactly
+                assert st.useful_bytes == sel.size * row
+                assert st.requests <= plain.read_into(sel, out).requests
+                out[:] = np.nan
+                scaled.prefetch(sel, out, rows).result()
+                np.testing.assert_array_equal(out[rows], M[sel] * scale[sel, None])
+            assert resident_bytes(path) == 0
 
 
 @pytest.mark.parametrize("direct", [None, False])
@@ -246,12 +301,13 @@ def test_tmpfs_falls_back_to_buffered():
 
 def test_pickle_round_trip(stores):
     path, M = stores["np.save C odd"]
-    with DiskMatrix(path, threads=2, max_request=1 << 16, direct=None) as m:
+    with DiskMatrix(path, threads=2, max_request=1 << 16, direct=None, max_hole=3 * PAGE) as m:
         m.read_into([1, 2], aligned_empty((2, M.shape[1])))
         assert m.bytes_read > 0
         m2 = pickle.loads(pickle.dumps(m))
     with m2:
-        assert (m2.path, m2.threads, m2.max_request, m2.direct, m2.shape) == (str(path), 2, 1 << 16, True, M.shape)
+        assert (m2.path, m2.threads, m2.max_request, m2.direct, m2.shape, m2.max_hole) == \
+            (str(path), 2, 1 << 16, True, M.shape, 3 * PAGE)
         assert (m2.bytes_read, m2.useful_bytes, m2.read_s) == (0, 0, 0.0)
         out = aligned_empty((3, M.shape[1]))
         m2.read_into([36, 0, 17], out)
@@ -347,6 +403,8 @@ def test_errors_name_the_problem(tmp_path, stores):
         DiskMatrix(tmp_path / "cut.npy")
     with pytest.raises(ValueError, match="'threads' parameter of DiskMatrix"):
         DiskMatrix(stores["np.save C odd"][0], threads=0)
+    with pytest.raises(ValueError, match=r"'max_hole' parameter of DiskMatrix must be an int >= 0 \(bytes\). Got -1"):
+        DiskMatrix(stores["np.save C odd"][0], max_hole=-1)
     m = DiskMatrix(stores["np.save C odd"][0])
     ok = aligned_empty((4, 1001))
     with pytest.raises(IndexError, match=r"coordinates in \[0, 37\). Got 37 instead"):
@@ -371,3 +429,23 @@ def test_errors_name_the_problem(tmp_path, stores):
     m.close()
     with pytest.raises(ValueError, match="is closed"):
         m.read_into([1], ok)
+
+
+def test_the_solvers_reader_puts_more_requests_in_flight_for_small_coordinates(tmp_path, stores):
+    """OnDisk's reader: 16 threads of 2 MB requests for coordinates under 128 KB (rows of 8008
+    bytes), DiskMatrix's 4 of 8 MB for longer ones (Fortran columns of 16,400 float64: 131,200
+    bytes); both read what np.load reads."""
+    from solvers.duhl.on_disk import OnDisk
+    path, M = stores["np.save C odd"]
+    small = OnDisk(path).matrix
+    assert (small.threads, small.max_request, small.row_bytes) == (16, 2 << 20, 8008)
+    X = np.random.default_rng(2).standard_normal((16400, 2))
+    np.save(tmp_path / "long.npy", np.asfortranarray(X))
+    long = OnDisk(tmp_path / "long.npy")
+    assert (long.matrix.threads, long.matrix.max_request, long.matrix.row_bytes) == (4, 8 << 20, 131200)
+    np.testing.assert_array_equal(long.load(), X.T)
+    out = aligned_empty((3, M.shape[1]))
+    small.read_into([36, 0, 17], out)
+    np.testing.assert_array_equal(out, M[[36, 0, 17]])
+    small.close()
+    long.matrix.close()
