@@ -13,7 +13,7 @@ PORT   ?= 5000
 MLFLOW_DB ?= mlflow.db
 
 .DEFAULT_GOAL := help
-.PHONY: help install install-gpu experiment reproduce out-of-core out-of-core-big sweep ui test test-ui test-multihost test-gpu bench bench-solvers bench-gpu bench-gpu-disk bench-data
+.PHONY: help install install-gpu experiment reproduce out-of-core out-of-core-big sweep ui test test-ui test-multihost test-gpu bench bench-solvers bench-gpu bench-gpu-disk bench-data bench-disk-reads
 
 help:  ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
@@ -86,6 +86,9 @@ bench-data: $(STAMP)  ## start-up of shipping the data to the workers vs memory-
 
 bench-gpu: install-gpu  ## GPU epochs vs the HBM floor, swap GB/s, DuHL vs sequential (needs a GPU)
 	$(PY) -m pipelines.bench.gpu $(if $(QUICK),--quick) $(ARGS)
+
+bench-disk-reads: $(STAMP)  ## the disk tier's scattered reads (Lasso columns, SVM rows) as a share of the disk's cold sequential rate
+	nice -n 5 $(PY) -m pipelines.bench.disk_reads $(ARGS)
 
 bench-gpu-disk: install-gpu  ## disk -> RAM -> GPU: a 4 GB Lasso on disk, gap vs sequential vs the CPU's disk tier (needs a GPU)
 	$(PY) -m pipelines.bench.gpu_disk $(ARGS)
