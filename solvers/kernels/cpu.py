@@ -135,34 +135,6 @@ def gaps_sparse(indptr, indices, data, positions, coords, a, z, off, mu, c, thet
 
 
 @model_kernel(**_DENSE)
-def gaps_at_dense(rows, coords, a, z, off, mu, c, theta, out, out_s):
-    """out[i], out_s[i] = gap and s of each coordinate i of ``coords``, whose data is
-    rows[i]: :func:`gaps_dense` written in place, for a pass that reads some coordinates."""
-    m = z.shape[0]
-    n_cols = rows.shape[1]
-    shift = c * off[0] * m
-    for j in range(coords.shape[0]):
-        i = coords[j]
-        s = 0.0
-        for k in range(n_cols):
-            s += rows[i, k] * z[k]
-        s -= shift * mu[i]
-        out_s[i] = s
-        out[i] = coord_gap(theta, a[i], s)
-
-
-@model_kernel(**_SPARSE)
-def gaps_at_sparse(indptr, indices, data, coords, a, z, off, mu, c, theta, out, out_s):
-    """Same as :func:`gaps_at_dense` for a CSR matrix."""
-    shift = c * off[0] * z.shape[0]
-    for j in range(coords.shape[0]):
-        i = coords[j]
-        s = sparse_dot(indptr, indices, data, i, z) - shift * mu[i]
-        out_s[i] = s
-        out[i] = coord_gap(theta, a[i], s)
-
-
-@model_kernel(**_DENSE)
 def sum_g(a, theta):
     """sum_i g_i(a_i)."""
     total = 0.0
