@@ -37,7 +37,7 @@ def _gpu_reason():
 
 
 def pytest_collection_modifyitems(config, items):
-    gpu_items = [item for item in items if "gpu" in item.keywords]
+    gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]  # a marker, not a test id
     if not gpu_items:
         return
     reason = _gpu_reason()

@@ -21,7 +21,7 @@ from solvers.duhl.devices import NoCudaDevice, check_device
 from solvers.duhl.solver import DuHL
 from solvers.glm.problems import make_problem
 from tasks.data import load_dataset
-from tasks.problems import build_problem_on_disk, feature_stats
+from tasks.problems import build_problem_on_disk, coordinate_stats
 from tasks.resources import cold_read_bandwidth, os_read_bytes
 
 MODEL = {"name": "lasso", "alpha": 0.3, "fit_intercept": False}  # the out_of_core preset's
@@ -79,7 +79,7 @@ def main(argv=None):
     nbytes = (folder / "X.npy").stat().st_size
     bandwidth = cold_read_bandwidth(folder / "X.npy")
     t0 = time.perf_counter()
-    stats = feature_stats(folder)  # one pass the arms share (as the experiment's arms do)
+    stats = coordinate_stats("lasso", folder)  # one pass the arms share (as the experiment's arms do)
     stats_s = time.perf_counter() - t0
     warm_s = warm_up(args.device)
     print(f"X on disk: {nbytes / 1e9:.2f} GB ({args.n_samples} samples); dataset ready in {made_s:.1f} s; "

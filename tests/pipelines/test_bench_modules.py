@@ -1,0 +1,22 @@
+"""Every benchmark module imports and has a command line: a bench that only a GPU machine
+runs (gpu.py, gpu_disk.py) would otherwise break unseen when a helper it calls is renamed."""
+
+import importlib
+import pkgutil
+
+import pytest
+
+import pipelines.bench
+
+MODULES = sorted(m.name for m in pkgutil.iter_modules(pipelines.bench.__path__) if m.name != "__main__")
+
+
+def test_the_benches_are_found():
+    assert {"peers", "gpu", "gpu_disk", "disk_reads", "swap_loop"} <= set(MODULES)
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_each_bench_imports_and_has_a_main(name):
+    module = importlib.import_module(f"pipelines.bench.{name}")
+    if name not in ("common",):
+        assert callable(getattr(module, "main", None)), f"pipelines.bench.{name} has no main()"
