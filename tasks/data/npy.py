@@ -107,9 +107,7 @@ def inspect(c: NpyData, base_dir: Path) -> Source:
     path = resolve_path(c.path, base_dir)
     _file(path, "path", c.path)
     shape, fortran, dtype, offset, size = _header(path, "path", c.path)
-    if len(shape) != 2 or min(shape) < 1:
-        raise DataError(f"The 'path' parameter of data 'npy' must name a 2-D (n_samples, n_features) array with "
-                        f"at least one of each. Got shape {shape} in {c.path} instead.")
+    check_shape("npy", c.path, shape)
     if dtype.kind != "f":
         raise DataError(f"The 'path' parameter of data 'npy' must name an array of floats (float16, float32, "
                         f"float64). Got {dtype} in {c.path} instead.")
@@ -117,21 +115,13 @@ def inspect(c: NpyData, base_dir: Path) -> Source:
     if size < expected:
         raise DataError(f"The 'path' parameter of data 'npy' names a truncated file: {c.path} holds {size} bytes, "
                         f"its header announces {expected}.")
-    column = c.target_column
-    if column is not None:
-        if not -shape[1] <= column < shape[1] or shape[1] < 2:
-            raise DataError(f"The 'target_column' parameter of data 'npy' must be a column of the {shape[1]} of "
-                            f"{c.path} (in [{-shape[1]}, {shape[1]}), leaving at least one feature). "
-                            f"Got {column} instead.")
-        column %= shape[1]
+    column = target_column("npy", c, shape)
     target = None
     if c.target is not None:
         target = resolve_path(c.target, base_dir)
         _file(target, "target", c.target)
         t_shape, _, t_dtype, _, _ = _header(target, "target", c.target)
-        if t_shape not in ((shape[0],), (shape[0], 1)):
-            raise DataError(f"The 'target' parameter of data 'npy' must name n_samples ({shape[0]}) values, one "
-                            f"per row of {c.path}. Got shape {t_shape} in {c.target} instead.")
+        check_target_shape("npy", c, shape, t_shape)
         if t_dtype.kind not in "biuf":
             raise DataError(f"The 'target' parameter of data 'npy' must name numbers. Got {t_dtype} in "
                             f"{c.target} instead.")
@@ -139,6 +129,32 @@ def inspect(c: NpyData, base_dir: Path) -> Source:
     out = np.dtype(c.dtype) if c.dtype else (native if native in SAVED_DTYPES else np.dtype(np.float64))
     return Source(path, shape, fortran, dtype, offset, size, target, column, out, c.path)
 
+
+
+def check_shape(kind: str, given: str, shape) -> None:
+    """A one-line DataError unless ``shape`` is a 2-D (n_samples, n_features) with one of each (``kind``: 'npy', 'zarr')."""
+    if len(shape) != 2 or min(shape) < 1:
+        raise DataError(f"The 'path' parameter of data '{kind}' must name a 2-D (n_samples, n_features) array with "
+                        f"at least one of each. Got shape {shape} in {given} instead.")
+
+
+def target_column(kind: str, c, shape) -> Optional[int]:
+    """``c.target_column`` as an index in [0, n_features), checked; None when not given."""
+    column = c.target_column
+    if column is not None:
+        if not -shape[1] <= column < shape[1] or shape[1] < 2:
+            raise DataError(f"The 'target_column' parameter of data '{kind}' must be a column of the {shape[1]} of "
+                            f"{c.path} (in [{-shape[1]}, {shape[1]}), leaving at least one feature). "
+                            f"Got {column} instead.")
+        column %= shape[1]
+    return column
+
+
+def check_target_shape(kind: str, c, shape, t_shape) -> None:
+    """A one-line DataError unless the target holds one value per row."""
+    if t_shape not in ((shape[0],), (shape[0], 1)):
+        raise DataError(f"The 'target' parameter of data '{kind}' must name n_samples ({shape[0]}) values, one "
+                        f"per row of {c.path}. Got shape {t_shape} in {c.target} instead.")
 
 def identity(c: NpyData, base_dir: Path) -> Dict[str, object]:
     """The cache key's share of the files: each one's path, size and modification time (a

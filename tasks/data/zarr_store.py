@@ -98,26 +98,16 @@ def inspect(c: ZarrData, base_dir: Path) -> Source:
     path = resolve_path(c.path, base_dir)
     array = _open(path, "path", c.path)
     shape, dtype = tuple(array.shape), np.dtype(array.dtype)
-    if len(shape) != 2 or min(shape) < 1:
-        raise DataError(f"The 'path' parameter of data 'zarr' must name a 2-D (n_samples, n_features) array with "
-                        f"at least one of each. Got shape {shape} in {c.path} instead.")
+    npy.check_shape("zarr", c.path, shape)
     if dtype.kind not in NUMERIC:
         raise DataError(f"The 'path' parameter of data 'zarr' must name an array of numbers (bool, int, uint, "
                         f"float). Got {dtype} in {c.path} instead.")
-    column = c.target_column
-    if column is not None:
-        if not -shape[1] <= column < shape[1] or shape[1] < 2:
-            raise DataError(f"The 'target_column' parameter of data 'zarr' must be a column of the {shape[1]} of "
-                            f"{c.path} (in [{-shape[1]}, {shape[1]}), leaving at least one feature). "
-                            f"Got {column} instead.")
-        column %= shape[1]
+    column = npy.target_column("zarr", c, shape)
     target = None
     if c.target is not None:
         target = resolve_path(c.target, base_dir)
         t_shape, t_dtype = _target_header(target, c.target)
-        if t_shape not in ((shape[0],), (shape[0], 1)):
-            raise DataError(f"The 'target' parameter of data 'zarr' must name n_samples ({shape[0]}) values, one "
-                            f"per row of {c.path}. Got shape {t_shape} in {c.target} instead.")
+        npy.check_target_shape("zarr", c, shape, t_shape)
         if t_dtype.kind not in NUMERIC:
             raise DataError(f"The 'target' parameter of data 'zarr' must name numbers. Got {t_dtype} in "
                             f"{c.target} instead.")
