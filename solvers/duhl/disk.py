@@ -70,8 +70,9 @@ class DiskMatrix:
 
     ``direct``: None uses O_DIRECT where the file system allows it (not tmpfs) and buffered
     reads with the pages dropped after elsewhere; True requires O_DIRECT (OSError where it
-    cannot be had); False always reads buffered. The counters ``bytes_read``, ``read_s`` and
-    ``useful_bytes`` add up every read (thread-safe); a pickled copy reopens the file by
+    cannot be had); False always reads buffered. The counters ``bytes_read`` and
+    ``useful_bytes`` add up every read, ``read_s`` the seconds with at least one read in
+    flight (overlapping calls count once) (thread-safe); a pickled copy reopens the file by
     path, its counters at 0. Buffered reads count whole pages; with several threads two
     requests may share an edge page the OS reads once, so the OS's count may be lower.
 
@@ -119,6 +120,7 @@ class DiskMatrix:
         # the holes' bytes land here (every hole of every request: they are never read back)
         self._scratch = memoryview(mmap.mmap(-1, -(-self.max_hole // PAGE) * PAGE)) if self.max_hole else None
         self.bytes_read, self.read_s, self.useful_bytes = 0, 0.0, 0
+        self._in_flight, self._busy_since = 0, 0.0  # read_s: the union of the calls' spans, not their sum
         self._fd, self._lock, self._tls = fd, threading.Lock(), threading.local()
         self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="diskmatrix")
         self._finalizer = weakref.finalize(self, release, self._pool, fd)
@@ -355,6 +357,10 @@ class DiskMatrix:
             stats.seconds = time.perf_counter() - t0
             fut.set_result(stats)
             return fut
+        with self._lock:  # the disk is busy from the first call in flight to the last one's end
+            if self._in_flight == 0:
+                self._busy_since = t0
+            self._in_flight += 1
         queue, lock = iter(reqs), threading.Lock()
         state = {"left": min(self.threads, len(reqs)), "bytes": 0, "error": None}
 
@@ -378,7 +384,9 @@ class DiskMatrix:
             stats.seconds = time.perf_counter() - t0
             with self._lock:
                 self.bytes_read += stats.bytes_read
-                self.read_s += stats.seconds
+                self._in_flight -= 1
+                if self._in_flight == 0:  # overlapping calls (a read-ahead beside a refresh) count once
+                    self.read_s += t0 + stats.seconds - self._busy_since
                 self.useful_bytes += stats.useful_bytes if state["error"] is None else 0
             if state["error"] is not None:
                 fut.set_exception(state["error"])
