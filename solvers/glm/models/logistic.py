@@ -104,23 +104,25 @@ def _update(theta, a, s, L):
         if z <= 0.0:  # the root is below the smallest float: the bound itself
             z = 0.0
             break
-        h = b + L * (z - z0) + math.log(z / (C - z))
+        w = C - z
+        h = b + L * (z - z0) + math.log(z / w)
         if h > 0.0:
             hi = z
         elif h < 0.0:
             lo = z
         else:
             break
-        d = -h / (L + C / (z * (C - z)))
-        if abs(d) <= _STEP_TOL * z:
+        q = -h * w / (L * z * w + C)  # Newton's step over z; as C / (z (C - z)) it overflowed at a
+        d = q * z                     # subnormal z, the step was 0 and the update returned a itself
+        if abs(q) <= _STEP_TOL:
             z += d
             break
         z_new = z + d
-        if z_new <= lo or d > z:
+        if z_new <= lo or q > 1.0:
             # far from the root relative to z (a root orders of magnitude away, where h is
             # ~log z): Newton in log z instead, h being convex there (monotone from the
             # right; from the left it lands past the root, then the step above takes over)
-            z_new = z * math.exp(min(d / z, 700.0))
+            z_new = z * math.exp(min(q, 700.0))
             if z_new == 0.0 and lo == 0.0:  # from the right: the root is below every float
                 z = 0.0
                 break
