@@ -259,7 +259,7 @@ def _plan_next_pass(schedule, rounds, gap, tol_abs):
 @cpu.model_kernel(nogil=True, cache=True, error_model="numpy")
 def run_slice(D, a, z, off, mu, sqnorm, c, b, theta, tight, l1, carry_dual, tol_abs, max_updates, deadline,
               local_epochs, max_passes, inner, shrinking, ws_least, work, n_work, fresh, target, gaps, s, dual_best,
-              counters, schedule, history, iterates, accel, accel_state, memo, proof, z_last, norms, todo, order):
+              counters, schedule, history, iterates, accel, accel_state, memo, proof, z_last, norms, todo, order, rng):
     """Rounds until the tolerance, ``max_updates``, ``deadline`` (perf_counter seconds) or a
     full ``history``. Carried between calls: ``counters`` (updates, rounds, gap passes, rows
     of this slice, rows of the run, coordinates the gap passes read), the working set
@@ -276,7 +276,8 @@ def run_slice(D, a, z, off, mu, sqnorm, c, b, theta, tight, l1, carry_dual, tol_
     [stored, tries, kept]. ``memo``, ``proof``, ``z_last``, ``norms`` (||A_i|| centred,
     |mu_i|): what proves gaps 0 in a global pass (:func:`_global_gaps`); ``todo``: its
     buffer. ``order[:n_work]``: the working set in the epochs' random order; ``work[:n_work]``
-    stays ascending, so its gap reads rows in memory order (w8a: 30-40% cheaper). Returns (n_work, fresh, target, dual_best, status): status 1 converged,
+    stays ascending, so its gap reads rows in memory order (w8a: 30-40% cheaper); ``rng``: the
+    shuffles' stream (cpu.shuffle). Returns (n_work, fresh, target, dual_best, status): status 1 converged,
     2 max_updates, 3 deadline or full."""
     n = a.shape[0]
     everyone = np.arange(n)
@@ -334,7 +335,7 @@ def run_slice(D, a, z, off, mu, sqnorm, c, b, theta, tight, l1, carry_dual, tol_
         passes = local_epochs * min(max_passes, max(1, n // max(1, n_work)))
         for _ in range(passes):
             if accel.shape[0] <= 1 or accel_state[0] == 0:  # with Anderson: one order per window
-                np.random.shuffle(active)
+                cpu.shuffle(active, rng)
             counters[0] += _epoch(D, everyone, active, a, z, off, mu, sqnorm, c, theta)
             if accel.shape[0] > 1:
                 extrapolate(D, active, a, z, off, mu, c, b, theta, accel, accel_state)
@@ -345,12 +346,6 @@ def run_slice(D, a, z, off, mu, sqnorm, c, b, theta, tight, l1, carry_dual, tol_
             fresh = counters[1] >= schedule[2]
         else:
             fresh = _working_gap(D, work[:n_work], a, z, off, mu, c, theta, b, tight, l1, gaps, s) <= target
-
-
-@njit(nogil=True)
-def seed(value):
-    """Seed the compiled code's random stream (its shuffles), per thread."""
-    np.random.seed(value)
 
 
 def solve_in_memory(problem, a, z, off, *, local_epochs, max_epochs, max_time, shrinking, tol_abs, seed_value,
@@ -378,7 +373,7 @@ def solve_in_memory(problem, a, z, off, *, local_epochs, max_epochs, max_time, s
     accel = np.empty((anderson + 1 if anderson > 0 else 0, n))
     accel_state = np.zeros(3) if accel_state is None else accel_state
     state = (n, True, 0.0, -np.inf)
-    seed(seed_value)
+    rng = cpu.random_state(seed_value)  # the shuffles' stream
     while True:
         deadline = time.perf_counter() + slice_s
         if max_time is not None:
@@ -388,7 +383,7 @@ def solve_in_memory(problem, a, z, off, *, local_epochs, max_epochs, max_time, s
             D, a, z, off, problem.mu, problem.sqnorm, problem.c, problem.b, problem.theta, tight, l1,
             not problem.dual_form, tol_abs, max_epochs * n, deadline, local_epochs, max_passes, inner, shrinking,
             WS_LEAST, work, state[0], state[1], state[2], gaps, s, state[3], counters, schedule, history, iterates,
-            accel, accel_state, memo, proof, z_last, norms, todo, order)
+            accel, accel_state, memo, proof, z_last, norms, todo, order, rng)
         state = (n_work, fresh, target, dual_best)
         record(history[: int(counters[3])], counters)
         if code == 1:

@@ -173,6 +173,35 @@ def sum_g(a, theta):
     return total
 
 
+def random_state(seed):
+    """The state of :func:`shuffle`'s stream for an integer seed (splitmix64's mix: nearby seeds
+    give unrelated streams, and the state is never 0, xorshift's fixed point)."""
+    mask = (1 << 64) - 1
+    x = (int(seed) + 0x9E3779B97F4A7C15) & mask
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & mask
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & mask
+    return np.array([(x ^ (x >> 31)) or 1], dtype=np.uint64)
+
+
+@njit(cache=True, nogil=True)
+def shuffle(x, state):
+    """Shuffle x in place (Fisher-Yates) from a xorshift64* stream (Vigna 2016), ``state`` its
+    uint64[1] state, the top 32 bits of each draw scaled to the range (Lemire's multiply-shift;
+    bias below n / 2^32). 2.6 ns an element against np.random.shuffle's 10.7 (w8a, under load),
+    which cost 10-20% of a hinge SVM epoch over a random order."""
+    r = state[0]
+    for i in range(x.shape[0] - 1, 0, -1):
+        r ^= r >> np.uint64(12)
+        r ^= r << np.uint64(25)
+        r ^= r >> np.uint64(27)
+        top = (r * np.uint64(2685821657736338717)) >> np.uint64(32)
+        j = np.int64((top * np.uint64(i + 1)) >> np.uint64(32))
+        t = x[i]
+        x[i] = x[j]
+        x[j] = t
+    state[0] = r
+
+
 @njit(cache=True, nogil=True)
 def shifted_sq_norm(z, shift):
     """||z - shift||^2, without BLAS: a threaded BLAS call per round stalls on a busy machine."""
