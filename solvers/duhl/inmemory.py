@@ -259,7 +259,7 @@ def _plan_next_pass(schedule, rounds, gap, tol_abs):
 @cpu.model_kernel(nogil=True, cache=True, error_model="numpy")
 def run_slice(D, a, z, off, mu, sqnorm, c, b, theta, tight, l1, carry_dual, tol_abs, max_updates, deadline,
               local_epochs, max_passes, inner, shrinking, ws_least, work, n_work, fresh, target, gaps, s, dual_best,
-              counters, schedule, history, iterates, accel, accel_state, memo, proof, z_last, norms, todo):
+              counters, schedule, history, iterates, accel, accel_state, memo, proof, z_last, norms, todo, order, rng):
     """Rounds until the tolerance, ``max_updates``, ``deadline`` (perf_counter seconds) or a
     full ``history``. Carried between calls: ``counters`` (updates, rounds, gap passes, rows
     of this slice, rows of the run, coordinates the gap passes read), the working set
@@ -275,7 +275,9 @@ def run_slice(D, a, z, off, mu, sqnorm, c, b, theta, tight, l1, carry_dual, tol_
     order is drawn once per window of K + 1 passes, not per pass; ``accel_state``: its
     [stored, tries, kept]. ``memo``, ``proof``, ``z_last``, ``norms`` (||A_i|| centred,
     |mu_i|): what proves gaps 0 in a global pass (:func:`_global_gaps`); ``todo``: its
-    buffer. Returns (n_work, fresh, target, dual_best, status): status 1 converged,
+    buffer. ``order[:n_work]``: the working set in the epochs' random order; ``work[:n_work]``
+    stays ascending, so its gap reads rows in memory order (w8a: 30-40% cheaper); ``rng``: the
+    shuffles' stream (cpu.shuffle). Returns (n_work, fresh, target, dual_best, status): status 1 converged,
     2 max_updates, 3 deadline or full."""
     n = a.shape[0]
     everyone = np.arange(n)
@@ -324,17 +326,16 @@ def run_slice(D, a, z, off, mu, sqnorm, c, b, theta, tight, l1, carry_dual, tol_
                 n_work = n
             target = max(inner * gap, 0.5 * tol_abs)
             fresh = False
-            if _same_set(previous, work[:n_work], n):  # the same passes: Anderson's iterates carry on
-                work[:n_work] = previous
-            else:  # extrapolate from iterates of one working set only
-                accel_state[0] = 0
+            if not _same_set(previous, work[:n_work], n):  # else the same passes: Anderson's iterates carry on
+                order[:n_work] = work[:n_work]
+                accel_state[0] = 0  # extrapolate from iterates of one working set only
             if counters[3] >= history.shape[0] or history[row, 0] >= deadline:
                 return n_work, fresh, target, dual_best, 3
-        active = work[:n_work]
+        active = order[:n_work]
         passes = local_epochs * min(max_passes, max(1, n // max(1, n_work)))
         for _ in range(passes):
             if accel.shape[0] <= 1 or accel_state[0] == 0:  # with Anderson: one order per window
-                np.random.shuffle(active)
+                cpu.shuffle(active, rng)
             counters[0] += _epoch(D, everyone, active, a, z, off, mu, sqnorm, c, theta)
             if accel.shape[0] > 1:
                 extrapolate(D, active, a, z, off, mu, c, b, theta, accel, accel_state)
@@ -344,13 +345,7 @@ def run_slice(D, a, z, off, mu, sqnorm, c, b, theta, tight, l1, carry_dual, tol_
         elif n_work == n:  # no working set: the next global pass when the rate predicts it matters
             fresh = counters[1] >= schedule[2]
         else:
-            fresh = _working_gap(D, active, a, z, off, mu, c, theta, b, tight, l1, gaps, s) <= target
-
-
-@njit(nogil=True)
-def seed(value):
-    """Seed the compiled code's random stream (its shuffles), per thread."""
-    np.random.seed(value)
+            fresh = _working_gap(D, work[:n_work], a, z, off, mu, c, theta, b, tight, l1, gaps, s) <= target
 
 
 def solve_in_memory(problem, a, z, off, *, local_epochs, max_epochs, max_time, shrinking, tol_abs, seed_value,
@@ -365,7 +360,7 @@ def solve_in_memory(problem, a, z, off, *, local_epochs, max_epochs, max_time, s
     D = (A.indptr, A.indices, A.data) if problem.sparse else (A,)
     tight = tight_lasso(problem.theta)
     l1 = float(problem.theta.l1) if tight else 0.0
-    work = np.arange(n, dtype=np.int64)
+    work, order = np.arange(n, dtype=np.int64), np.arange(n, dtype=np.int64)
     gaps, s = np.empty(n), np.empty(n)
     z_last, todo = z.copy(), np.arange(n, dtype=np.int64)
     counters = np.zeros(6)  # updates, rounds, gap passes, rows of this slice, rows of the run, reads
@@ -378,7 +373,7 @@ def solve_in_memory(problem, a, z, off, *, local_epochs, max_epochs, max_time, s
     accel = np.empty((anderson + 1 if anderson > 0 else 0, n))
     accel_state = np.zeros(3) if accel_state is None else accel_state
     state = (n, True, 0.0, -np.inf)
-    seed(seed_value)
+    rng = cpu.random_state(seed_value)  # the shuffles' stream
     while True:
         deadline = time.perf_counter() + slice_s
         if max_time is not None:
@@ -388,7 +383,7 @@ def solve_in_memory(problem, a, z, off, *, local_epochs, max_epochs, max_time, s
             D, a, z, off, problem.mu, problem.sqnorm, problem.c, problem.b, problem.theta, tight, l1,
             not problem.dual_form, tol_abs, max_epochs * n, deadline, local_epochs, max_passes, inner, shrinking,
             WS_LEAST, work, state[0], state[1], state[2], gaps, s, state[3], counters, schedule, history, iterates,
-            accel, accel_state, memo, proof, z_last, norms, todo)
+            accel, accel_state, memo, proof, z_last, norms, todo, order, rng)
         state = (n_work, fresh, target, dual_best)
         record(history[: int(counters[3])], counters)
         if code == 1:

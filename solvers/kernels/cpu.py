@@ -21,7 +21,10 @@ certificate is built (solvers.glm.certificates).
 """
 
 import numpy as np
-from numba import njit
+from llvmlite import ir
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from solvers.glm.models import coord_gap, coord_update, g_value, source_digest
 
@@ -49,6 +52,21 @@ def model_kernel(**options):
         fn.__qualname__ = f"{fn.__name__}__models_{_MODEL_CODE}"
         return njit(**options)(fn)
     return decorate
+
+
+@intrinsic
+def prefetch(typingctx, array, index):
+    """Ask the CPU to load ``array[index]`` into its caches ahead of use (llvm.prefetch: never
+    faults, so an index past the end is harmless)."""
+    def codegen(context, builder, signature, args):
+        ary = context.make_array(signature.args[0])(context, builder, args[0])
+        i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
+        ptr = builder.bitcast(builder.gep(ary.data, [args[1]]), i8p)
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]),
+                                            "llvm.prefetch.p0")
+        builder.call(fn, [ptr, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])  # read, keep, data
+        return context.get_dummy_value()
+    return types.void(array, types.intp), codegen
 
 
 @njit(nogil=True, inline="always")
@@ -88,9 +106,21 @@ def scd_epoch_dense(rows, coords, order, a, z, off, mu, sqnorm, c, theta):
 
 @model_kernel(**_SPARSE)
 def scd_epoch_sparse(indptr, indices, data, coords, order, a, z, off, mu, sqnorm, c, theta):
-    """Same as :func:`scd_epoch_dense` for a CSR matrix of coordinates."""
+    """Same as :func:`scd_epoch_dense` for a CSR matrix of coordinates. The order is random,
+    so each row is a cache miss: the next row's entries are prefetched while this one is
+    updated, and the row pointer of the one after (w8a, 20,000 samples, under load: the
+    hinge SVM's epoch 13% faster, logistic's 9%)."""
     m = z.shape[0]
-    for j in order:
+    n = order.shape[0]
+    for jj in range(n):
+        j = order[jj]
+        if jj + 2 < n:
+            prefetch(indptr, order[jj + 2])
+        if jj + 1 < n:
+            nxt = indptr[order[jj + 1]]
+            prefetch(indices, nxt)
+            prefetch(data, nxt)
+            prefetch(data, nxt + 8)  # a 64-byte line holds 8 values: rows of up to 16 entries
         i = coords[j]
         s = sparse_dot(indptr, indices, data, j, z) - c * off[0] * m * mu[i]
         ai = a[i]
@@ -141,6 +171,35 @@ def sum_g(a, theta):
     for i in range(a.shape[0]):
         total += g_value(theta, a[i])
     return total
+
+
+def random_state(seed):
+    """The state of :func:`shuffle`'s stream for an integer seed (splitmix64's mix: nearby seeds
+    give unrelated streams, and the state is never 0, xorshift's fixed point)."""
+    mask = (1 << 64) - 1
+    x = (int(seed) + 0x9E3779B97F4A7C15) & mask
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & mask
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & mask
+    return np.array([(x ^ (x >> 31)) or 1], dtype=np.uint64)
+
+
+@njit(cache=True, nogil=True)
+def shuffle(x, state):
+    """Shuffle x in place (Fisher-Yates) from a xorshift64* stream (Vigna 2016), ``state`` its
+    uint64[1] state, the top 32 bits of each draw scaled to the range (Lemire's multiply-shift;
+    bias below n / 2^32). 2.6 ns an element against np.random.shuffle's 10.7 (w8a, under load),
+    which cost 10-20% of a hinge SVM epoch over a random order."""
+    r = state[0]
+    for i in range(x.shape[0] - 1, 0, -1):
+        r ^= r >> np.uint64(12)
+        r ^= r << np.uint64(25)
+        r ^= r >> np.uint64(27)
+        top = (r * np.uint64(2685821657736338717)) >> np.uint64(32)
+        j = np.int64((top * np.uint64(i + 1)) >> np.uint64(32))
+        t = x[i]
+        x[i] = x[j]
+        x[j] = t
+    state[0] = r
 
 
 @njit(cache=True, nogil=True)

@@ -10,7 +10,8 @@ from numba.extending import register_jitable
 from solvers.glm.models.base import CLASSIFIER_PARAMS, Math, Model, sigmoid, softplus, xlogx
 
 _NEWTON_ITERS = 100  # liblinear's cap; from a warm start one or two steps are the rule
-_STEP_TOL = 1e-4     # a last Newton step |d| <= 1e-4 z lands within (d/z)^2 z / 2 = 5e-9 z of the root
+_STEP_TOL = 1.5e-3   # a last step |d| <= 1.5e-3 z, with Chebyshev's correction, lands within 2/3 (d/z)^3 z
+                     # = 2.3e-9 z of the root (Newton's alone needed |d| <= 1e-4 z for 5e-9 z: 5% slower)
 _SHRINK = 0.1        # Yu et al.'s xi: a step past 0 goes a tenth of the way there instead
 _KL_MAX_S = 600.0    # the gap's ratio form while exp(-|s|) >= 1e-261
 _SHRINK_CUT = 0.02   # w8a: 5% of the samples hold 87-99% of the gap; 0.02 beat 0.05 and 0.1 (0.2, 0.5 stall)
@@ -79,8 +80,8 @@ def _update(theta, a, s, L):
     is increasing and concave: Newton from the left of the root climbs to it without
     overshooting; a step that would leave the bracket, or more than double z, is taken
     in log z instead (a root many orders of magnitude away: a_i ~ C exp(-margin)). One
-    log per Newton step, none to start: near the optimum one step (one log, two
-    divisions) meets the tolerance.
+    log per Newton step, none to start; the last step adds Chebyshev's correction (no
+    log), which accepts steps 15x longer: near the optimum one step meets the tolerance.
     """
     C = theta.C
     half = 0.5 * C
@@ -104,23 +105,28 @@ def _update(theta, a, s, L):
         if z <= 0.0:  # the root is below the smallest float: the bound itself
             z = 0.0
             break
-        h = b + L * (z - z0) + math.log(z / (C - z))
+        w = C - z
+        h = b + L * (z - z0) + math.log(z / w)
         if h > 0.0:
             hi = z
         elif h < 0.0:
             lo = z
         else:
             break
-        d = -h / (L + C / (z * (C - z)))
-        if abs(d) <= _STEP_TOL * z:
-            z += d
+        r = 1.0 / (L * z * w + C)
+        q = -h * w * r  # Newton's step over z; as C / (z (C - z)) it overflowed at a subnormal z,
+        d = q * z       # the step was 0 and the update returned a itself
+        if abs(q) <= _STEP_TOL:
+            # plus Newton's second-order error -h2 d^2 / (2 h1) > 0 (h concave: Newton lands left of
+            # the root from either side); left: (h2^2 / (2 h1^2) - h3 / (6 h1)) d^3 <= 2/3 (d/z)^2 d
+            z += d + 0.5 * q * q * z * C * (w - z) * r / w
             break
         z_new = z + d
-        if z_new <= lo or d > z:
+        if z_new <= lo or q > 1.0:
             # far from the root relative to z (a root orders of magnitude away, where h is
             # ~log z): Newton in log z instead, h being convex there (monotone from the
             # right; from the left it lands past the root, then the step above takes over)
-            z_new = z * math.exp(min(d / z, 700.0))
+            z_new = z * math.exp(min(q, 700.0))
             if z_new == 0.0 and lo == 0.0:  # from the right: the root is below every float
                 z = 0.0
                 break

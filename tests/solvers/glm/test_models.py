@@ -112,9 +112,10 @@ def test_coord_gap_matches_the_generic_formula_and_is_nonnegative(name):
 
 
 def _logistic_extremes():
-    """(C, a, s, L): a at and next to both bounds, margins up to where sigmoid underflows."""
+    """(C, a, s, L): a at and next to both bounds (a subnormal a too: its Newton step once
+    overflowed to a zero step, and the update returned a), margins up to where sigmoid underflows."""
     for C in (0.7, 1e-3, 50.0):
-        for a in (0.0, C, 0.5 * C, 1e-300, 1e-20 * C, C * (1 - 1e-12), 0.3 * C, 0.9 * C):
+        for a in (0.0, C, 0.5 * C, 1e-300, 1e-310, 1e-20 * C, C * (1 - 1e-12), 0.3 * C, 0.9 * C):
             for s in (0.0, 1e-3, -1.0, 30.0, -30.0, 300.0, -650.0):
                 for L in (0.0, 1e-3, 1.0, 80.0, 1e4):
                     yield C, a, s, L
