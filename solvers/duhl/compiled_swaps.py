@@ -53,7 +53,7 @@ POLICIES = {"gap": 0, "sequential": 1, "random": 2}
 PROOF_SHARE = 0.1
 # Numba's cache keys a function on its own file only (numba#1833): the loop's cache files
 # are named after the code it compiles in from other files, so an edit there recompiles
-_SOURCES = ("duhl/compiled_parts.py", "duhl/inmemory.py", "kernels/cpu.py", "glm/certificates.py")
+_SOURCES = ("duhl/compiled_parts.py", "duhl/gap_select.py", "duhl/inmemory.py", "kernels/cpu.py", "glm/certificates.py")
 _DIGEST = hashlib.sha1(b"".join((Path(__file__).parents[1] / f).read_bytes() for f in _SOURCES)).hexdigest()[:12]
 
 
