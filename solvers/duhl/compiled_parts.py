@@ -10,6 +10,7 @@ import numpy as np
 from numba import njit
 from numba.extending import overload
 
+from solvers.duhl.gap_select import _gap_block
 from solvers.duhl.inmemory import _csr, _now, _thread_cpu_ns  # noqa: F401 (compiled_swaps takes _now from here)
 from solvers.glm.models import zero_interval
 from solvers.kernels import cpu
@@ -108,9 +109,10 @@ def _swap_in_for(A, B, row_coord, pos, keep, joined, n_joined):
                 if not keep[i]:
                     pos[i] = -1
                     continue
-                for e in range(lo, hi):  # fill <= lo: copying forward never overwrites a source
-                    bind[fill + e - lo] = bind[e]
-                    bdat[fill + e - lo] = bdat[e]
+                if fill < lo:  # fill <= lo: copying forward never overwrites a source (equal: in place)
+                    for e in range(lo, hi):
+                        bind[fill + e - lo] = bind[e]
+                        bdat[fill + e - lo] = bdat[e]
                 fill += hi - lo
                 row_coord[rows] = i
                 pos[i] = rows
@@ -164,145 +166,6 @@ def _fill(order, m, coord_bytes, budget, chosen):
     while k < m and used + coord_bytes[order[k]] <= budget:
         used += coord_bytes[order[k]]
         chosen[k] = order[k]
-        k += 1
-    return k
-
-
-# the gap policy's block is a set (epochs and gap sums visit it in coordinate order), found
-# by radix selection on the gaps' bits: levels of at most MAX_BITS bits (fewer for fewer
-# candidates: a histogram costs its size), each over the candidates the last one left, down
-# to FEW (sorted) or to equal gaps
-MAX_BITS, FEW = 12, 32
-
-
-@njit(nogil=True, cache=True)
-def _boundary(hist, remaining):
-    """The highest bucket whose bytes, after all those above it, pass ``remaining`` (-1:
-    none), and the bytes left for it."""
-    for b in range(hist.shape[0] - 1, -1, -1):
-        if hist[b] > remaining:
-            return b, remaining
-        remaining -= hist[b]
-    return -1, remaining
-
-
-@njit(nogil=True, cache=True)
-def _bit_length(x):
-    bits = 0
-    while x:
-        x >>= np.uint64(1)
-        bits += 1
-    return bits
-
-
-@njit(nogil=True, cache=True)
-def _gap_block(gaps, resident, coord_bytes, budget, chosen, keys, cand):
-    """The gap policy's block into ``chosen`` (in no particular order), its size returned:
-    the coordinates of the longest prefix of np.lexsort((~resident, -gaps)) (largest gap
-    first, NaN last, resident first on ties, then by index) whose bytes fit ``budget``,
-    without sorting: each gap's bits as an unsigned key in the same order (``keys``); a
-    histogram of bytes by the keys' next bits finds the bucket where the budget runs out,
-    those above it join, and only that bucket's coordinates (``cand``) go on to the next
-    bits, down to a few (sorted) or to equal gaps (taken resident first, by index). O(n):
-    a sorted prefix was 1.4 ms of a 5.8 ms round on w8a[20000]'s dual logistic (~8,000
-    distinct gaps), this ~0.1 ms."""
-    n = gaps.shape[0]
-    one = np.empty(1)
-    one_bits = one.view(np.uint64)
-    sign = np.uint64(1 << 63)
-    low, high = ~np.uint64(0), np.uint64(0)
-    big = n >= 4 << MAX_BITS  # the first level's histogram (the top bits: sign, exponent) in this pass
-    # two first-level histograms, odd and even coordinates: no chain of adds to one bucket (many equal gaps)
-    hist = np.zeros(2 << MAX_BITS, dtype=np.int64) if big else np.empty(1 << MAX_BITS if n > FEW else 1, np.int64)
-    top_shift = np.uint64(64 - MAX_BITS)
-    for i in range(n):
-        g = gaps[i]
-        one[0] = g + 0.0  # -0.0 -> 0.0: a tie, as np.lexsort sees them
-        b = one_bits[0]
-        u = b ^ (np.uint64(np.int64(b) >> 63) | sign)  # the float order as unsigned integers
-        if g != g:
-            u = np.uint64(0)  # NaN last
-        keys[i] = u
-        cand[i] = i
-        low, high = min(low, u), max(high, u)
-        if big:
-            hist[((i & 1) << MAX_BITS) + (u >> top_shift)] += coord_bytes[i]
-    k, m, remaining = 0, n, budget
-    if big and low != high:
-        hist[: 1 << MAX_BITS] += hist[1 << MAX_BITS:]
-        top, remaining = _boundary(hist[: 1 << MAX_BITS], remaining)
-        if top < 0:  # everything fits
-            chosen[:n] = cand[:n]
-            return n
-        edge = np.uint64(top)
-        m = 0
-        for i in range(n):  # branch-free: which side of the edge a coordinate falls is unpredictable
-            h = keys[i] >> top_shift
-            chosen[k] = i
-            k += h > edge
-            cand[m] = i
-            m += h == edge
-        low, high = ~np.uint64(0), np.uint64(0)
-        for t in range(m):
-            low, high = min(low, keys[cand[t]]), max(high, keys[cand[t]])
-    while m > FEW and low != high:
-        bits_left = _bit_length(low ^ high)  # the bits below the candidates' common prefix
-        bits = min(bits_left, MAX_BITS, max(4, _bit_length(np.uint64(m)) - 2))
-        shift = np.uint64(bits_left - bits)
-        mask = np.uint64((1 << bits) - 1)
-        hist[: 1 << bits] = 0
-        for t in range(m):
-            hist[(keys[cand[t]] >> shift) & mask] += coord_bytes[cand[t]]
-        top, remaining = _boundary(hist[: 1 << bits], remaining)
-        if top < 0:  # every candidate fits
-            chosen[k:k + m] = cand[:m]
-            return k + m
-        edge = np.uint64(top)
-        m_next = 0
-        low, high = ~np.uint64(0), np.uint64(0)
-        for t in range(m):  # branch-free: which side of the edge a coordinate falls is unpredictable
-            i = cand[t]
-            u = keys[i]
-            h = (u >> shift) & mask
-            chosen[k] = i
-            k += h > edge
-            cand[m_next] = i
-            m_next += h == edge
-        m = m_next
-        for t in range(m):
-            low, high = min(low, keys[cand[t]]), max(high, keys[cand[t]])
-    if m > FEW:  # equal gaps: resident first, then by index (cand is in index order; keys now scratch)
-        n_res, n_out = 0, 0
-        for t in range(m):  # branch-free split (often most of the coordinates: w8a's dual SVM's zeros)
-            i = cand[t]
-            cand[n_res] = i
-            n_res += resident[i]
-            keys[n_out] = i
-            n_out += not resident[i]
-        for t in range(n_res + n_out):
-            i = cand[t] if t < n_res else np.int64(keys[t - n_res])
-            if coord_bytes[i] > remaining:
-                return k
-            remaining -= coord_bytes[i]
-            chosen[k] = i
-            k += 1
-        return k
-    for j in range(1, m):  # a few: a stable insertion sort by (gap descending, resident first)
-        item = cand[j]
-        q = j
-        while q > 0:
-            prev = cand[q - 1]
-            if keys[prev] > keys[item] or (keys[prev] == keys[item] and (resident[prev] or not resident[item])):
-                break
-            cand[q] = prev
-            q -= 1
-        cand[q] = item
-    for t in range(m):
-        i = cand[t]
-        if coord_bytes[i] > remaining:
-            return k
-        remaining -= coord_bytes[i]
-        chosen[k] = i
         k += 1
     return k
 

@@ -53,7 +53,7 @@ POLICIES = {"gap": 0, "sequential": 1, "random": 2}
 PROOF_SHARE = 0.1
 # Numba's cache keys a function on its own file only (numba#1833): the loop's cache files
 # are named after the code it compiles in from other files, so an edit there recompiles
-_SOURCES = ("duhl/compiled_parts.py", "duhl/inmemory.py", "kernels/cpu.py", "glm/certificates.py")
+_SOURCES = ("duhl/compiled_parts.py", "duhl/gap_select.py", "duhl/inmemory.py", "kernels/cpu.py", "glm/certificates.py")
 _DIGEST = hashlib.sha1(b"".join((Path(__file__).parents[1] / f).read_bytes() for f in _SOURCES)).hexdigest()[:12]
 
 
@@ -166,6 +166,7 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
     proving, centred = proof
     norms, mu_abs, path, at, proven, z_old = proof_arrays
     shift_old = 0.0
+    m = -1  # the block's size (block[:m]); -1: not listed in this call yet
     t_start = _clock(timed) if timed else 0.0
     if counters[8] == 2.0:  # row 0: every gap at the start state
         primal, dual, gap = _certify(A, np.arange(n), a, z, off, mu, c, b, theta, tight, l1, carry_dual, gaps, s,
@@ -197,14 +198,21 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
         _swap_in(A, B, row_coord, pos, keep, joined, n_joined)
         t = _lap(clock, 1, t, timed)
         # one pass in coordinate order (as the resident set visits them): the stale gaps (not in
-        # the last round's block), the block
-        n_stale, m = 0, 0
-        for i in range(n):
-            stale[n_stale] = i
-            n_stale += not (resident[i] | proven[i])  # | : no branch
-            block[m] = i
-            m += keep[i]
-            resident[i] = keep[i]
+        # the last round's block), the block; a block that stayed (none joined, as many: most
+        # rounds of w8a's dual SVM) and the resident mask are as they were
+        n_stale = 0
+        if n_joined == 0 and k == m:
+            for i in range(n):
+                stale[n_stale] = i
+                n_stale += not (resident[i] | proven[i])
+        else:
+            m = 0
+            for i in range(n):
+                stale[n_stale] = i
+                n_stale += not (resident[i] | proven[i])  # | : no branch
+                block[m] = i
+                m += keep[i]
+                resident[i] = keep[i]
         if proving and counters[8] == 0.0:  # the stale gaps are refreshed below, at the dual path's length now
             for j in range(n_stale):
                 at[stale[j], 0], at[stale[j], 1] = path[0], path[1]

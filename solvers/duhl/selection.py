@@ -13,7 +13,7 @@ priority order:
 
 import numpy as np
 
-from solvers.duhl.compiled_parts import _gap_block
+from solvers.duhl.gap_select import _gap_block
 
 
 def _fill(order, coord_bytes, budget):
@@ -27,7 +27,7 @@ def gap_block(gaps, resident, coord_bytes, budget):
     np.lexsort((~resident, -gaps)) (largest gap first, NaN last, resident first on ties,
     then by index) that fits ``budget``. A set is all a block needs (epochs and gap sums
     visit it in coordinate order), found in O(n) by the compiled loop's radix selection
-    (solvers.duhl.compiled_parts._gap_block): no sort."""
+    (solvers.duhl.gap_select._gap_block): no sort."""
     n = gaps.shape[0]
     chosen = np.empty(n, dtype=np.int64)
     k = _gap_block(np.ascontiguousarray(gaps, dtype=np.float64), np.ascontiguousarray(resident, dtype=np.bool_),

@@ -1,0 +1,44 @@
+"""The gap selection's shortcut (solvers.duhl.gap_select._same_block): the block the coordinates
+hold is kept exactly when np.lexsort's prefix would choose it again."""
+
+import numpy as np
+import pytest
+
+from solvers.duhl.gap_select import _gap_block, _same_block
+
+
+def _prefix(gaps, resident, coord_bytes, budget):
+    order = np.lexsort((~resident, -gaps))
+    return np.sort(order[: int(np.searchsorted(np.cumsum(coord_bytes[order]), budget, side="right"))])
+
+
+@pytest.mark.parametrize("n", [0, 1, 40, 5000, 20000])
+def test_the_block_is_kept_exactly_when_the_lexsort_prefix_keeps_it(n):
+    """Mostly-zero gaps (the dual SVM's), few distinct values, NaN and -0.0; the resident set the
+    prefix of these gaps (kept), of gaps a few of which then grew, or a random set; zero-byte
+    coordinates: the shortcut answers exactly when the prefix is the resident set, with it."""
+    kept = 0
+    for trial in range(24):
+        rng = np.random.default_rng(trial)
+        gaps = np.where(rng.random(n) < 0.9, 0.0, rng.random(n)) if trial % 3 else np.round(rng.random(n), 1)
+        gaps[rng.random(n) < 0.03] = -0.0
+        if trial % 4 == 3:
+            gaps[rng.random(n) < 0.02] = np.nan
+        coord_bytes = rng.integers(0 if trial % 5 == 0 else 1, 100, n)
+        budget = int(coord_bytes.sum() * rng.uniform(0.0, 1.05))
+        resident = np.zeros(n, dtype=bool)
+        resident[_prefix(gaps, rng.random(n) < 0.3, coord_bytes, budget)] = True
+        if trial % 6 == 1:
+            gaps = gaps * np.where(rng.random(n) < 0.01, 3.0, 1.0)
+        elif trial % 6 == 2:
+            resident = rng.random(n) < 0.3
+        expected = _prefix(gaps, resident, coord_bytes, budget)
+        chosen = np.empty(n, dtype=np.int64)
+        k = _same_block(gaps, resident, coord_bytes, budget, chosen)
+        assert (k >= 0) == np.array_equal(np.flatnonzero(resident), expected), trial
+        if k >= 0:
+            kept += 1
+            np.testing.assert_array_equal(chosen[:k], expected)
+        k = _gap_block(gaps, resident, coord_bytes, budget, chosen, np.empty(n, np.uint64), np.empty(n, np.int64))
+        np.testing.assert_array_equal(np.sort(chosen[:k]), expected)
+    assert kept >= 8  # the shortcut was taken
