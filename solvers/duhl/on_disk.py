@@ -35,9 +35,15 @@ class OnDisk:
     on_disk = True
     ndim = 2
 
-    def __init__(self, matrix, buffer_bytes=DEFAULT_BUFFER_BYTES):
+    def __init__(self, matrix, buffer_bytes=DEFAULT_BUFFER_BYTES, n_features=None):
         self.matrix = matrix if isinstance(matrix, DiskMatrix) else reader(matrix)
         self.shape = self.matrix.shape
+        # the leading values of each coordinate that are data (a dual model's sample row may be
+        # padded with zeros to an aligned size: tasks.data.rows); None: all of them
+        self.n_features = self.shape[1] if n_features is None else int(n_features)
+        if not 0 < self.n_features <= self.shape[1]:
+            raise ValueError(f"The 'n_features' parameter of OnDisk must be in [1, {self.shape[1]}] (the values "
+                             f"per coordinate of {self.matrix.path}). Got {n_features!r} instead.")
         self.dtype = self.matrix.dtype
         self.itemsize = self.dtype.itemsize
         self.nbytes = self.matrix.nbytes
@@ -59,7 +65,8 @@ class OnDisk:
         (its own counters at 0): the dual models' signed rows y_i x_i from the plain X."""
         m = self.matrix
         return OnDisk(DiskMatrix(m.path, threads=m.threads, max_request=m.max_request, direct=m._direct_asked,
-                                 scale=scale, max_hole=m.max_hole), buffer_bytes=self.buffer_bytes)
+                                 scale=scale, max_hole=m.max_hole), buffer_bytes=self.buffer_bytes,
+                      n_features=self.n_features)
 
     @property
     def bytes_read(self):

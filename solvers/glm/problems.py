@@ -241,10 +241,11 @@ def _classification_on_disk(model, data, y, row_stats, params, owner):
     if params["fit_intercept"]:
         raise ValueError(f"The 'fit_intercept' parameter of {owner} must be False with the data on disk "
                          "(host_budget): the file holds no intercept column. Got True instead.")
-    n, d = data.shape
+    n, m = data.shape
+    d = getattr(data, "n_features", m)  # X's own width: the rest of each row is zero padding
     if y.shape != (n,):
         raise ValueError(f"The data on disk for {owner} must hold one sample per coordinate (an (n_samples, "
-                         f"n_features) C-order .npy): it holds {n} coordinates of {d} values, and y has "
+                         f"n_features) C-order .npy): it holds {n} coordinates of {m} values, and y has "
                          f"shape {y.shape}.")
     classes = np.unique(y)
     if classes.shape[0] != 2:
@@ -254,7 +255,7 @@ def _classification_on_disk(model, data, y, row_stats, params, owner):
     sq = A.row_stats()[1] if row_stats is None else np.asarray(row_stats[1], dtype=np.float64)
     theta = model.theta(params, 0.0)
     P0 = n * float(model.math.g_conj(theta, 0.0))  # the user's primal at w = 0: sum_i loss_i(0)
-    return Problem(name=model.name, A=A, b=np.zeros(d), c=1.0, mu=np.zeros(n), sqnorm=sq, theta=theta,
+    return Problem(name=model.name, A=A, b=np.zeros(m), c=1.0, mu=np.zeros(n), sqnorm=sq, theta=theta,
                    params=params, P0=P0, dual_form=True, n_samples=n, n_features=d,
                    info={"classes": classes, "fit_intercept": False,
                          "intercept_scaling": float(params["intercept_scaling"])})
