@@ -130,6 +130,26 @@ class OnDisk:
         return out
 
 
+def linear_scores(matrix, coef, buffer_bytes=DEFAULT_BUFFER_BYTES):
+    """X @ coef.T for X the (n_samples, n_features) .npy that ``matrix`` (a DiskMatrix) reads, a
+    buffer at a time (at most ``buffer_bytes`` of X in RAM, past the page cache): a C-order file
+    a block of samples at a time, a Fortran-order one a block of features at a time (their
+    products summed). ``coef``: (n_outputs, n_features); returns (n_samples, n_outputs) float64."""
+    coef = np.atleast_2d(np.asarray(coef, dtype=np.float64))
+    rows = max(2, min(2 * matrix.shape[0], int(buffer_bytes) // max(1, matrix.row_bytes)))
+    buffer = aligned_empty((rows, matrix.shape[1]), matrix.dtype)
+    everything = np.arange(matrix.shape[0])
+    if not matrix.fortran:  # a coordinate is a sample
+        out = np.empty((matrix.shape[0], coef.shape[0]))
+        for part, block in matrix.chunks(everything, buffer):
+            out[part] = block @ coef.T
+        return out
+    out = np.zeros((matrix.shape[1], coef.shape[0]))  # a coordinate is a feature
+    for part, block in matrix.chunks(everything, buffer):
+        out += block.T @ coef[:, part].T
+    return out
+
+
 def available_ram():
     """Bytes of RAM available to a new allocation (MemAvailable), or None where unknown."""
     try:
