@@ -20,7 +20,9 @@ array is never loaded whole. The Lasso family reads features, so its file is in 
 ``fit_intercept=False`` (the file holds no intercept column). A path with ``host_budget=None``
 is read into RAM once (refused when it does not fit); a memory map with ``host_budget=None``
 is an in-memory array, as in scikit-learn. ``history_`` then has ``bytes_disk`` and
-``disk_s``, the bytes read from disk and the seconds spent reading them.
+``disk_s``, the bytes read from disk and the seconds spent reading them. ``predict``,
+``decision_function`` and ``score`` take such a path or memory map too (either order), read a
+64 MB buffer at a time past the page cache (:func:`solvers.duhl.on_disk.linear_scores`).
 """
 
 import mmap
