@@ -35,9 +35,13 @@ class OnDisk:
     on_disk = True
     ndim = 2
 
-    def __init__(self, matrix, buffer_bytes=DEFAULT_BUFFER_BYTES, n_features=None):
+    def __init__(self, matrix, buffer_bytes=DEFAULT_BUFFER_BYTES, n_features=None, scale=None):
         self.matrix = matrix if isinstance(matrix, DiskMatrix) else reader(matrix)
         self.shape = self.matrix.shape
+        # each coordinate's factor, applied by the thread that uses the rows once they are read
+        # (not in the reader's threads, which then only issue reads: beside two compute threads
+        # on 2 cores a multiply there cost 14% of the rate, each thread waiting for a core)
+        self._factors = None if scale is None else DiskMatrix._check_scale(self.matrix, scale, self.matrix.dtype)
         # the leading values of each coordinate that are data (a dual model's sample row may be
         # padded with zeros to an aligned size: tasks.data.rows); None: all of them
         self.n_features = self.shape[1] if n_features is None else int(n_features)
@@ -58,15 +62,20 @@ class OnDisk:
     @property
     def scale(self):
         """Each coordinate's factor applied on read (None: the file's values)."""
-        return self.matrix.scale
+        return self._factors if self.matrix.scale is None else self.matrix.scale
 
     def scaled(self, scale):
         """A fresh reader of the same file whose coordinate i reads as scale[i] times the file's
         (its own counters at 0): the dual models' signed rows y_i x_i from the plain X."""
         m = self.matrix
         return OnDisk(DiskMatrix(m.path, threads=m.threads, max_request=m.max_request, direct=m._direct_asked,
-                                 scale=scale, max_hole=m.max_hole), buffer_bytes=self.buffer_bytes,
-                      n_features=self.n_features)
+                                 max_hole=m.max_hole), buffer_bytes=self.buffer_bytes,
+                      n_features=self.n_features, scale=scale)
+
+    def _apply(self, coords, rows):
+        """rows *= each coordinate's factor (in place; nothing without factors)."""
+        if self._factors is not None:
+            np.multiply(rows, self._factors[coords, None], out=rows)
 
     @property
     def bytes_read(self):
@@ -86,14 +95,19 @@ class OnDisk:
         return self._buffer
 
     def chunks(self, coords):
-        return self.matrix.chunks(np.asarray(coords, dtype=np.int64), self.buffer())
+        """(coordinates, their rows, factors applied) a buffer half at a time; the next half is read
+        meanwhile."""
+        for part, rows in self.matrix.chunks(np.asarray(coords, dtype=np.int64), self.buffer()):
+            self._apply(part, rows)
+            yield part, rows
 
     def gaps(self, coords, a, z, off, mu, c, theta, out, out_s):
         """out[k], out_s[k] = gap and s of coordinate coords[k] at (a, z, off)."""
         done = 0
-        for part, rows in self.chunks(coords):
+        for part, rows in self.matrix.chunks(np.asarray(coords, dtype=np.int64), self.buffer()):
             k = part.shape[0]
-            start = time.perf_counter()
+            start = time.perf_counter()  # the factors' multiply is the host's work too: timed with the kernel
+            self._apply(part, rows)
             cpu.gaps_dense(rows, np.arange(k), part, a, z, off, mu, c, theta, out[done:done + k],
                            out_s[done:done + k])
             self.compute_s += time.perf_counter() - start
@@ -104,8 +118,9 @@ class OnDisk:
         """A^T a in float64, reading only the coordinates with a_i != 0."""
         v = np.zeros(self.shape[1])
         support = np.flatnonzero(a)
-        for part, rows in self.chunks(support):
-            v += a[part] @ rows.astype(np.float64, copy=False)
+        b = a if self._factors is None else a * self._factors  # (a_i s_i) x_i: exact for signs
+        for part, rows in self.matrix.chunks(support, self.buffer()):
+            v += b[part] @ rows.astype(np.float64, copy=False)
         return v
 
     def row_stats(self):
@@ -117,16 +132,25 @@ class OnDisk:
 
     def read_rows(self, coords, out, rows):
         """out[rows[k]] = coordinate coords[k], now."""
-        self.matrix.read_into(np.asarray(coords, np.int64), out, np.asarray(rows, np.int64))
+        coords, rows = np.asarray(coords, np.int64), np.asarray(rows, np.int64)
+        self.matrix.read_into(coords, out, rows)
+        if self._factors is not None:
+            self._scale_rows(out, coords, rows)
 
     def prefetch_rows(self, coords, out, rows):
-        """The same in the background: a future."""
-        return self.matrix.prefetch(np.asarray(coords, np.int64), out, np.asarray(rows, np.int64))
+        """The same in the background: a future (the factors applied by its first result())."""
+        coords, rows = np.asarray(coords, np.int64), np.asarray(rows, np.int64)
+        read = self.matrix.prefetch(coords, out, rows)
+        return read if self._factors is None else _Scaled(read, lambda: self._scale_rows(out, coords, rows))
+
+    def _scale_rows(self, out, coords, rows):
+        out[rows] *= self._factors[coords, None]
 
     def load(self):
         """All the data in RAM (a C-contiguous array): when a budget holds it all."""
         out = aligned_empty(self.shape, self.dtype)
         self.matrix.read_into(np.arange(self.shape[0]), out)
+        self._apply(np.arange(self.shape[0]), out)
         return out
 
 
@@ -148,6 +172,24 @@ def linear_scores(matrix, coef, buffer_bytes=DEFAULT_BUFFER_BYTES):
     for part, block in matrix.chunks(everything, buffer):
         out += block.T @ coef[:, part].T
     return out
+
+
+class _Scaled:
+    """A read's future whose first result() applies the factors to the rows read (in the waiting
+    thread, once)."""
+
+    def __init__(self, future, apply):
+        self._future, self._apply = future, apply
+
+    def result(self):
+        stats = self._future.result()
+        if self._apply is not None:
+            apply, self._apply = self._apply, None
+            apply()
+        return stats
+
+    def exception(self):
+        return self._future.exception()
 
 
 def available_ram():
