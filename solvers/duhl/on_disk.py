@@ -35,7 +35,7 @@ class OnDisk:
     on_disk = True
     ndim = 2
 
-    def __init__(self, matrix, buffer_bytes=DEFAULT_BUFFER_BYTES, n_features=None, scale=None):
+    def __init__(self, matrix, buffer_bytes=DEFAULT_BUFFER_BYTES, n_features=None, scale=None, intercept=None):
         self.matrix = matrix if isinstance(matrix, DiskMatrix) else reader(matrix)
         self.shape = self.matrix.shape
         # each coordinate's factor, applied by the thread that uses the rows once they are read
@@ -48,6 +48,12 @@ class OnDisk:
         if not 0 < self.n_features <= self.shape[1]:
             raise ValueError(f"The 'n_features' parameter of OnDisk must be in [1, {self.shape[1]}] (the values "
                              f"per coordinate of {self.matrix.path}). Got {n_features!r} instead.")
+        # liblinear's intercept: the first padding value of each row reads as this constant (times
+        # the factor); the file holds 0 there
+        self.intercept = None if intercept is None else float(intercept)
+        if self.intercept is not None and self.n_features >= self.shape[1]:
+            raise ValueError(f"{self.matrix.path} has no padding after its {self.n_features} features to hold "
+                             "an intercept")
         self.dtype = self.matrix.dtype
         self.itemsize = self.dtype.itemsize
         self.nbytes = self.matrix.nbytes
@@ -64,18 +70,23 @@ class OnDisk:
         """Each coordinate's factor applied on read (None: the file's values)."""
         return self._factors if self.matrix.scale is None else self.matrix.scale
 
-    def scaled(self, scale):
+    def scaled(self, scale, intercept=None):
         """A fresh reader of the same file whose coordinate i reads as scale[i] times the file's
         (its own counters at 0): the dual models' signed rows y_i x_i from the plain X."""
         m = self.matrix
         return OnDisk(DiskMatrix(m.path, threads=m.threads, max_request=m.max_request, direct=m._direct_asked,
                                  max_hole=m.max_hole), buffer_bytes=self.buffer_bytes,
-                      n_features=self.n_features, scale=scale)
+                      n_features=self.n_features, scale=scale, intercept=intercept)
 
     def _apply(self, coords, rows):
         """rows *= each coordinate's factor (in place; nothing without factors)."""
         if self._factors is not None:
             np.multiply(rows, self._factors[coords, None], out=rows)
+        if self.intercept is not None:
+            rows[:, self.n_features] = self._constant(coords)
+
+    def _constant(self, coords):
+        return self.intercept if self._factors is None else self.intercept * self._factors[coords]
 
     @property
     def bytes_read(self):
@@ -121,6 +132,8 @@ class OnDisk:
         b = a if self._factors is None else a * self._factors  # (a_i s_i) x_i: exact for signs
         for part, rows in self.matrix.chunks(support, self.buffer()):
             v += b[part] @ rows.astype(np.float64, copy=False)
+        if self.intercept is not None:  # the file's 0 there: the constant's column
+            v[self.n_features] = self.intercept * float(b[support].sum())
         return v
 
     def row_stats(self):
@@ -134,17 +147,22 @@ class OnDisk:
         """out[rows[k]] = coordinate coords[k], now."""
         coords, rows = np.asarray(coords, np.int64), np.asarray(rows, np.int64)
         self.matrix.read_into(coords, out, rows)
-        if self._factors is not None:
+        if self._factors is not None or self.intercept is not None:
             self._scale_rows(out, coords, rows)
 
     def prefetch_rows(self, coords, out, rows):
         """The same in the background: a future (the factors applied by its first result())."""
         coords, rows = np.asarray(coords, np.int64), np.asarray(rows, np.int64)
         read = self.matrix.prefetch(coords, out, rows)
-        return read if self._factors is None else _Scaled(read, lambda: self._scale_rows(out, coords, rows))
+        if self._factors is None and self.intercept is None:
+            return read
+        return _Scaled(read, lambda: self._scale_rows(out, coords, rows))
 
     def _scale_rows(self, out, coords, rows):
-        out[rows] *= self._factors[coords, None]
+        if self._factors is not None:
+            out[rows] *= self._factors[coords, None]
+        if self.intercept is not None:
+            out[rows, self.n_features] = self._constant(coords)
 
     def load(self):
         """All the data in RAM (a C-contiguous array): when a budget holds it all."""

@@ -164,3 +164,35 @@ def test_a_classifier_on_padded_rows_drops_the_padding_and_reaches_liblinears_op
         return 0.5 * v @ v + 0.001 * np.maximum(0.0, 1.0 - y * (X @ v)).sum()
 
     assert primal(r.v[:500]) <= primal(sk.coef_.ravel()) + 1e-9 * problem.P0
+
+
+@pytest.mark.parametrize("model", ["svm", "logistic"])
+def test_an_intercept_lives_in_the_padding_and_reaches_liblinears_optimum(tmp_path, model):
+    """fit_intercept on the padded copy: the first padding value of each row reads as
+    intercept_scaling (liblinear's regularised extra feature); the objective of w and the intercept
+    is liblinear's optimum with the same intercept_scaling (its fit is the oracle)."""
+    from sklearn.linear_model import LogisticRegression
+    ds = load_dataset(WIDE, tmp_path)
+    X, y = np.array(ds.X), labels_for(model, ds.y)
+    s, C = 2.0, 0.001
+    problem = build_problem_on_disk({"name": model, "C": C, "fit_intercept": True, "intercept_scaling": s},
+                                    ds.path, ds.y, coordinate_stats(model, ds.path))
+    np.testing.assert_allclose(problem.sqnorm, (X * X).sum(1) + s * s, rtol=1e-12)
+    r = DuHL(host_budget=0.5, tol=1e-9, random_state=0).solve(problem)
+    assert r.status == "converged" and not r.v[501:].any()
+    w, b = r.v[:500], r.v[500] * s
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if model == "svm":
+            sk = LinearSVC(C=C, loss="hinge", dual=True, intercept_scaling=s, tol=1e-10, max_iter=5000).fit(X, y)
+        else:
+            sk = LogisticRegression(C=C, solver="liblinear", dual=True, intercept_scaling=s, tol=1e-10,
+                                    max_iter=5000).fit(X, y)
+
+    def primal(v, c):
+        m = y * (X @ v + c)
+        loss = np.maximum(0.0, 1.0 - m) if model == "svm" else np.logaddexp(0.0, -m)
+        return 0.5 * (v @ v + (c / s) ** 2) + C * loss.sum()
+
+    assert abs(b) > 1e-3  # an intercept the data wants (the oracle's too)
+    assert primal(w, b) <= primal(sk.coef_.ravel(), sk.intercept_[0]) + 1e-9 * problem.P0
