@@ -15,7 +15,7 @@ from solvers.glm.models import MODELS
 from solvers.duhl.on_disk import OnDisk
 from solvers.glm.problems import make_problem, make_problem_on_disk
 from tasks.data import DataError
-from tasks.data.rows import sample_major
+from tasks.data.rows import features, sample_major
 
 
 def is_classifier(model: str) -> bool:
@@ -67,8 +67,9 @@ def build_problem_on_disk(model_cfg: Mapping[str, Any], folder, y, row_stats=Non
     :func:`coordinate_stats`), else one pass over the file."""
     kwargs = dict(model_cfg)
     model = kwargs.pop("name")
-    return make_problem_on_disk(model, OnDisk(on_disk_path(model, folder)), labels_for(model, y),
-                                row_stats=row_stats, **kwargs)
+    path = on_disk_path(model, folder)
+    data = OnDisk(path, n_features=features(path)) if is_classifier(model) else OnDisk(path)  # rows padded
+    return make_problem_on_disk(model, data, labels_for(model, y), row_stats=row_stats, **kwargs)
 
 
 def on_disk_path(model: str, folder) -> Path:

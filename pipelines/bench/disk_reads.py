@@ -4,6 +4,8 @@ disk's cold sequential bandwidth measured here (issue 14: at least 80% while rea
     python -m pipelines.bench.disk_reads                        # both presets' stores, ~1.5 GB read each
     python -m pipelines.bench.disk_reads --paths my/X_rows.npy --densities 0.02 --trials 9
     python -m pipelines.bench.disk_reads --settings 4:8:0,16:2:0,16:2:1
+    python -m pipelines.bench.disk_reads --stores svm --busy 2   # beside two compute threads, as in a solve
+    python -m pipelines.bench.disk_reads --paths X_rows.npy --pair X_rows_padded.npy --settings 16:2:0
 
 Stores: the out_of_core preset's Lasso X.npy (a feature per coordinate: 320 KB columns) and the
 out_of_core_svm preset's sample-major copy (a sample per coordinate: 40 KB rows; the cache writes
@@ -24,13 +26,18 @@ up to that many rows are read through and dropped). Each trial picks a fresh set
 with every setting (and the sequential read), in an order rotated per trial; the table gives
 medians over trials: useful GB/s (the coordinates' bytes), disk GB/s (holes and alignment
 included), useful and disk rates as a share of the same trial's sequential rate, requests per set, bytes read per useful byte, and the median
-per-trial ratio to the first setting. The OS's count of bytes read (/proc/self/io) is printed
-beside the readers' own. Keep runs short: the disk is shared.
+per-trial speed-up over the first setting (its seconds over theirs, on the same set). The OS's count of bytes read (/proc/self/io) is printed
+beside the readers' own. ``--busy N`` runs N compute threads (a Numba loop without the GIL, as
+the device's epochs and the host's gap kernel are) beside every read, sequential ones included:
+in a solve the reader shares the cores with them, and on 2 cores its threads then wait for a
+core after each request. Keep runs short: the disk is shared.
 """
 
 import argparse
 import os
 import statistics
+import threading
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -63,6 +70,40 @@ def preset_store(name, cache_dir) -> Path:
     return on_disk_path(model, folder)
 
 
+@contextmanager
+def busy_threads(n):
+    """``n`` threads computing (no GIL held) until the block ends."""
+    if n <= 0:
+        yield
+        return
+    from numba import njit
+
+    @njit(nogil=True, cache=False)
+    def spin(x, repeats):
+        total = 0.0
+        for _ in range(repeats):
+            for i in range(x.size):
+                total += x[i] * x[i]
+        return total
+
+    x, stop = np.ones(1 << 16), threading.Event()
+    spin(x, 1)  # compiled before the reads start
+
+    def work():
+        while not stop.is_set():
+            spin(x, 100)
+
+    threads = [threading.Thread(target=work, daemon=True) for _ in range(n)]
+    for t in threads:
+        t.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+
+
 def parse_setting(text):
     threads, request_mb, hole_rows = text.split(":")
     return int(threads), int(float(request_mb) * (1 << 20)), int(hole_rows)
@@ -83,13 +124,15 @@ def bench_store(label, path, args, rng):
     readers, rows = {}, []
     for s in settings:
         threads, request, hole_rows = parse_setting(s)
-        probe = DiskMatrix(path, threads=1)
-        readers[s] = DiskMatrix(path, threads=threads, max_request=request, max_hole=hole_rows * probe.row_bytes)
-        probe.close()
+        for name, p in [(s, path)] + ([(f"{s} {Path(args.pair).name}", args.pair)] if args.pair else []):
+            probe = DiskMatrix(p, threads=1)
+            readers[name] = DiskMatrix(p, threads=threads, max_request=request, max_hole=hole_rows * probe.row_bytes)
+            probe.close()
+    settings = list(readers)  # with --pair: each setting on each file, the same sets
     sequential = DiskMatrix(path)  # cold_read_bandwidth's reader
     first = readers[settings[0]]
     k = max(1, min(first.shape[0], (args.set_mb << 20) // first.row_bytes))
-    out = aligned_empty((k, first.shape[1]), first.dtype)
+    outs = {s: aligned_empty((k, m.shape[1]), m.dtype) for s, m in readers.items()}
     print(f"{label}: {path}, {first.shape[0]} coordinates of {first.row_bytes / 1e3:.0f} KB "
           f"({first!r}); sequential {seq:.2f} GB/s; sets of {k} coordinates ({k * first.row_bytes / 1e6:.1f} MB)",
           flush=True)
@@ -98,24 +141,26 @@ def bench_store(label, path, args, rng):
     seq_rows = max(1, min(first.shape[0], (64 << 20) // first.row_bytes))  # cold_read_bandwidth's chunk
     seq_out = aligned_empty((seq_rows, first.shape[1]), first.dtype)
     got, seq_now = {(d, s): [] for d in densities for s in settings}, []
-    for trial in range(args.trials):
-        sets = {d: pick(first.shape[0], k, d, rng) for d in densities}  # one per density: every setting reads it
-        order = [(d, s) for d in densities for s in settings] + [None]  # None: the sequential read
-        for job in order[trial % len(order):] + order[:trial % len(order)]:
-            if job is None:
-                lo = int(rng.integers(0, first.shape[0] - seq_rows + 1))
-                st = sequential.read_into(np.arange(lo, lo + seq_rows), seq_out)
-                seq_now.append(st.gbps)
-            else:
-                st = readers[job[1]].read_into(sets[job[0]], out)
-                got[job].append((st.gbps, st.bytes_read / st.seconds / 1e9, st.requests,
-                                 st.bytes_read / st.useful_bytes))
-            counted += st.bytes_read
+    with busy_threads(args.busy):
+        for trial in range(args.trials):
+            sets = {d: pick(first.shape[0], k, d, rng) for d in densities}  # one per density: every setting reads it
+            order = [(d, s) for d in densities for s in settings] + [None]  # None: the sequential read
+            for job in order[trial % len(order):] + order[:trial % len(order)]:
+                if job is None:
+                    lo = int(rng.integers(0, first.shape[0] - seq_rows + 1))
+                    st = sequential.read_into(np.arange(lo, lo + seq_rows), seq_out)
+                    seq_now.append(st.gbps)
+                else:
+                    st = readers[job[1]].read_into(sets[job[0]], outs[job[1]])
+                    got[job].append((st.gbps, st.bytes_read / st.seconds / 1e9, st.requests,
+                                     st.bytes_read / st.useful_bytes, st.seconds))
+                counted += st.bytes_read
     for density in densities:
         for s in settings:
             def med(f, s=s, density=density):
                 return statistics.median(f(g, q) for g, q in zip(got[(density, s)], seq_now))
-            ratio = statistics.median(a[0] / b[0] for a, b in zip(got[(density, s)], got[(density, settings[0])]))
+            # the same sets' seconds (not GB/s: a padded file's coordinates hold more bytes)
+            ratio = statistics.median(b[4] / a[4] for a, b in zip(got[(density, s)], got[(density, settings[0])]))
             rows.append({"store": label, "KB per coordinate": round(first.row_bytes / 1e3),
                          "density": density, "threads:request MB:hole rows": s,
                          "useful GB/s": round(med(lambda g, q: g[0]), 3), "disk GB/s": round(med(lambda g, q: g[1]), 3),
@@ -142,9 +187,13 @@ def main(argv=None):
     ap.add_argument("--trials", type=int, default=5)
     ap.add_argument("--seq-mb", type=int, default=256, help="MB of the cold sequential read")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--pair", default=None, help="an .npy with the same coordinates (e.g. rows padded): every "
+                    "set is also read from it, so the ratio column compares the two files on the same sets")
+    ap.add_argument("--busy", type=int, default=0, help="compute threads beside the reads (a solve's epochs and gaps)")
     args = ap.parse_args(argv)
     register_configs()
-    print(f"load average at start {os.getloadavg()}, {os.cpu_count()} CPUs")
+    print(f"load average at start {os.getloadavg()}, {os.cpu_count()} CPUs, {args.busy} compute thread(s) beside "
+          "the reads")
     if args.paths:
         stores = {Path(p).name: Path(p) for p in args.paths.split(",")}
     else:
@@ -157,7 +206,7 @@ def main(argv=None):
         notes.append(f"{label}: sequential {seq:.2f} GB/s; the readers counted {counted / 1e9:.3f} GB, "
                      f"the OS {os_bytes / 1e9:.3f} GB (/proc/self/io read_bytes)")
     print_table(table, f"Scattered reads vs the disk's cold sequential rate: medians of {args.trials} trials, "
-                       f"settings interleaved")
+                       f"settings interleaved, {args.busy} compute thread(s) beside")
     print("\n" + "\n".join(notes))
     print(f"load average at end {os.getloadavg()}; to be re-measured on a quiet machine")
 

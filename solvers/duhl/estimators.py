@@ -20,7 +20,9 @@ array is never loaded whole. The Lasso family reads features, so its file is in 
 ``fit_intercept=False`` (the file holds no intercept column). A path with ``host_budget=None``
 is read into RAM once (refused when it does not fit); a memory map with ``host_budget=None``
 is an in-memory array, as in scikit-learn. ``history_`` then has ``bytes_disk`` and
-``disk_s``, the bytes read from disk and the seconds spent reading them.
+``disk_s``, the bytes read from disk and the seconds spent reading them. ``predict``,
+``decision_function`` and ``score`` take such a path or memory map too (either order), read a
+64 MB buffer at a time past the page cache (:func:`solvers.duhl.on_disk.linear_scores`).
 """
 
 import mmap
@@ -37,7 +39,7 @@ from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from solvers.duhl.disk import DiskMatrix
 from solvers.duhl.disk_files import read_npy_header
-from solvers.duhl.on_disk import OnDisk
+from solvers.duhl.on_disk import OnDisk, linear_scores
 from solvers.duhl.solver import DuHL
 from solvers.glm.checks import check_params
 from solvers.glm.problems import make_problem, make_problem_on_disk
@@ -113,6 +115,35 @@ class _DuHLEstimator(BaseEstimator):
             del self.feature_names_in_
         return DiskMatrix(path)
 
+    def _scores(self, X, coef, intercept):
+        """X @ coef.T + intercept; X in RAM, or an .npy on disk (its path, or a memory map of the
+        whole file) read a buffer at a time past the page cache, never whole in RAM."""
+        check_is_fitted(self)
+        path = (os.fspath(X) if isinstance(X, (str, os.PathLike)) else
+                X.filename if isinstance(X, np.memmap) and isinstance(X.base, mmap.mmap) else None)
+        disk = None
+        if path is not None:
+            try:
+                disk = DiskMatrix(path)
+            except (OSError, ValueError) as error:
+                if not isinstance(X, np.memmap):
+                    raise ValueError(f"The 'X' parameter of {type(self).__name__} must be a 2-D float .npy "
+                                     f"(or its memory map). Got the path {path!r} ({error}).") from None
+        if disk is not None and isinstance(X, np.memmap) and not (
+                X.shape == (disk.shape[::-1] if disk.fortran else disk.shape) and X.offset == disk.offset
+                and X.dtype == disk.dtype and np.isfortran(X) == disk.fortran):
+            disk.close()  # a view or another mapping of the file: an array like any other
+            disk = None
+        if disk is None:
+            X = validate_data(self, X, accept_sparse=_ACCEPT_SPARSE, reset=False, dtype=[np.float64, np.float32])
+            return np.asarray(X @ np.atleast_2d(coef).T) + intercept
+        with disk:
+            d = disk.shape[0] if disk.fortran else disk.shape[1]
+            if d != self.n_features_in_:
+                raise ValueError(f"X has {d} features, but {type(self).__name__} is expecting "
+                                 f"{self.n_features_in_} features as input.")
+            return linear_scores(disk, coef) + intercept
+
     def _check_y(self, y, n, dtype=None):
         y = check_array(y, ensure_2d=False, dtype=dtype, input_name="y")
         if y.ndim != 1 or y.shape[0] != n:
@@ -173,10 +204,9 @@ class _Regressor(RegressorMixin, _DuHLEstimator):
         return self
 
     def predict(self, X):
+        """X @ coef_ + intercept_; X may be an .npy on disk (a path or memory map): read in blocks."""
         check_is_fitted(self)
-        X = validate_data(self, X, accept_sparse=_ACCEPT_SPARSE, reset=False,
-                          dtype=[np.float64, np.float32])
-        return np.asarray(X @ self.coef_).ravel() + self.intercept_
+        return self._scores(X, self.coef_, self.intercept_).ravel()
 
 
 class Lasso(_Regressor):
@@ -276,10 +306,9 @@ class _Classifier(ClassifierMixin, _DuHLEstimator):
                     intercept_scaling=self.intercept_scaling)
 
     def decision_function(self, X):
+        """X @ coef_.T + intercept_; X may be an .npy on disk (a path or memory map): read in blocks."""
         check_is_fitted(self)
-        X = validate_data(self, X, accept_sparse=_ACCEPT_SPARSE, reset=False,
-                          dtype=[np.float64, np.float32])
-        scores = np.asarray(X @ self.coef_.T) + self.intercept_
+        scores = self._scores(X, self.coef_, self.intercept_)
         return scores.ravel() if scores.shape[1] == 1 else scores
 
     def predict(self, X):

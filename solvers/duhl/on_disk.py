@@ -35,9 +35,25 @@ class OnDisk:
     on_disk = True
     ndim = 2
 
-    def __init__(self, matrix, buffer_bytes=DEFAULT_BUFFER_BYTES):
+    def __init__(self, matrix, buffer_bytes=DEFAULT_BUFFER_BYTES, n_features=None, scale=None, intercept=None):
         self.matrix = matrix if isinstance(matrix, DiskMatrix) else reader(matrix)
         self.shape = self.matrix.shape
+        # each coordinate's factor, applied by the thread that uses the rows once they are read
+        # (not in the reader's threads, which then only issue reads: beside two compute threads
+        # on 2 cores a multiply there cost 14% of the rate, each thread waiting for a core)
+        self._factors = None if scale is None else DiskMatrix._check_scale(self.matrix, scale, self.matrix.dtype)
+        # the leading values of each coordinate that are data (a dual model's sample row may be
+        # padded with zeros to an aligned size: tasks.data.rows); None: all of them
+        self.n_features = self.shape[1] if n_features is None else int(n_features)
+        if not 0 < self.n_features <= self.shape[1]:
+            raise ValueError(f"The 'n_features' parameter of OnDisk must be in [1, {self.shape[1]}] (the values "
+                             f"per coordinate of {self.matrix.path}). Got {n_features!r} instead.")
+        # liblinear's intercept: the first padding value of each row reads as this constant (times
+        # the factor); the file holds 0 there
+        self.intercept = None if intercept is None else float(intercept)
+        if self.intercept is not None and self.n_features >= self.shape[1]:
+            raise ValueError(f"{self.matrix.path} has no padding after its {self.n_features} features to hold "
+                             "an intercept")
         self.dtype = self.matrix.dtype
         self.itemsize = self.dtype.itemsize
         self.nbytes = self.matrix.nbytes
@@ -52,14 +68,25 @@ class OnDisk:
     @property
     def scale(self):
         """Each coordinate's factor applied on read (None: the file's values)."""
-        return self.matrix.scale
+        return self._factors if self.matrix.scale is None else self.matrix.scale
 
-    def scaled(self, scale):
+    def scaled(self, scale, intercept=None):
         """A fresh reader of the same file whose coordinate i reads as scale[i] times the file's
         (its own counters at 0): the dual models' signed rows y_i x_i from the plain X."""
         m = self.matrix
         return OnDisk(DiskMatrix(m.path, threads=m.threads, max_request=m.max_request, direct=m._direct_asked,
-                                 scale=scale, max_hole=m.max_hole), buffer_bytes=self.buffer_bytes)
+                                 max_hole=m.max_hole), buffer_bytes=self.buffer_bytes,
+                      n_features=self.n_features, scale=scale, intercept=intercept)
+
+    def _apply(self, coords, rows):
+        """rows *= each coordinate's factor (in place; nothing without factors)."""
+        if self._factors is not None:
+            np.multiply(rows, self._factors[coords, None], out=rows)
+        if self.intercept is not None:
+            rows[:, self.n_features] = self._constant(coords)
+
+    def _constant(self, coords):
+        return self.intercept if self._factors is None else self.intercept * self._factors[coords]
 
     @property
     def bytes_read(self):
@@ -79,14 +106,19 @@ class OnDisk:
         return self._buffer
 
     def chunks(self, coords):
-        return self.matrix.chunks(np.asarray(coords, dtype=np.int64), self.buffer())
+        """(coordinates, their rows, factors applied) a buffer half at a time; the next half is read
+        meanwhile."""
+        for part, rows in self.matrix.chunks(np.asarray(coords, dtype=np.int64), self.buffer()):
+            self._apply(part, rows)
+            yield part, rows
 
     def gaps(self, coords, a, z, off, mu, c, theta, out, out_s):
         """out[k], out_s[k] = gap and s of coordinate coords[k] at (a, z, off)."""
         done = 0
-        for part, rows in self.chunks(coords):
+        for part, rows in self.matrix.chunks(np.asarray(coords, dtype=np.int64), self.buffer()):
             k = part.shape[0]
-            start = time.perf_counter()
+            start = time.perf_counter()  # the factors' multiply is the host's work too: timed with the kernel
+            self._apply(part, rows)
             cpu.gaps_dense(rows, np.arange(k), part, a, z, off, mu, c, theta, out[done:done + k],
                            out_s[done:done + k])
             self.compute_s += time.perf_counter() - start
@@ -97,8 +129,11 @@ class OnDisk:
         """A^T a in float64, reading only the coordinates with a_i != 0."""
         v = np.zeros(self.shape[1])
         support = np.flatnonzero(a)
-        for part, rows in self.chunks(support):
-            v += a[part] @ rows.astype(np.float64, copy=False)
+        b = a if self._factors is None else a * self._factors  # (a_i s_i) x_i: exact for signs
+        for part, rows in self.matrix.chunks(support, self.buffer()):
+            v += b[part] @ rows.astype(np.float64, copy=False)
+        if self.intercept is not None:  # the file's 0 there: the constant's column
+            v[self.n_features] = self.intercept * float(b[support].sum())
         return v
 
     def row_stats(self):
@@ -110,17 +145,69 @@ class OnDisk:
 
     def read_rows(self, coords, out, rows):
         """out[rows[k]] = coordinate coords[k], now."""
-        self.matrix.read_into(np.asarray(coords, np.int64), out, np.asarray(rows, np.int64))
+        coords, rows = np.asarray(coords, np.int64), np.asarray(rows, np.int64)
+        self.matrix.read_into(coords, out, rows)
+        if self._factors is not None or self.intercept is not None:
+            self._scale_rows(out, coords, rows)
 
     def prefetch_rows(self, coords, out, rows):
-        """The same in the background: a future."""
-        return self.matrix.prefetch(np.asarray(coords, np.int64), out, np.asarray(rows, np.int64))
+        """The same in the background: a future (the factors applied by its first result())."""
+        coords, rows = np.asarray(coords, np.int64), np.asarray(rows, np.int64)
+        read = self.matrix.prefetch(coords, out, rows)
+        if self._factors is None and self.intercept is None:
+            return read
+        return _Scaled(read, lambda: self._scale_rows(out, coords, rows))
+
+    def _scale_rows(self, out, coords, rows):
+        if self._factors is not None:
+            out[rows] *= self._factors[coords, None]
+        if self.intercept is not None:
+            out[rows, self.n_features] = self._constant(coords)
 
     def load(self):
         """All the data in RAM (a C-contiguous array): when a budget holds it all."""
         out = aligned_empty(self.shape, self.dtype)
         self.matrix.read_into(np.arange(self.shape[0]), out)
+        self._apply(np.arange(self.shape[0]), out)
         return out
+
+
+def linear_scores(matrix, coef, buffer_bytes=DEFAULT_BUFFER_BYTES):
+    """X @ coef.T for X the (n_samples, n_features) .npy that ``matrix`` (a DiskMatrix) reads, a
+    buffer at a time (at most ``buffer_bytes`` of X in RAM, past the page cache): a C-order file
+    a block of samples at a time, a Fortran-order one a block of features at a time (their
+    products summed). ``coef``: (n_outputs, n_features); returns (n_samples, n_outputs) float64."""
+    coef = np.atleast_2d(np.asarray(coef, dtype=np.float64))
+    rows = max(2, min(2 * matrix.shape[0], int(buffer_bytes) // max(1, matrix.row_bytes)))
+    buffer = aligned_empty((rows, matrix.shape[1]), matrix.dtype)
+    everything = np.arange(matrix.shape[0])
+    if not matrix.fortran:  # a coordinate is a sample
+        out = np.empty((matrix.shape[0], coef.shape[0]))
+        for part, block in matrix.chunks(everything, buffer):
+            out[part] = block @ coef.T
+        return out
+    out = np.zeros((matrix.shape[1], coef.shape[0]))  # a coordinate is a feature
+    for part, block in matrix.chunks(everything, buffer):
+        out += block.T @ coef[:, part].T
+    return out
+
+
+class _Scaled:
+    """A read's future whose first result() applies the factors to the rows read (in the waiting
+    thread, once)."""
+
+    def __init__(self, future, apply):
+        self._future, self._apply = future, apply
+
+    def result(self):
+        stats = self._future.result()
+        if self._apply is not None:
+            apply, self._apply = self._apply, None
+            apply()
+        return stats
+
+    def exception(self):
+        return self._future.exception()
 
 
 def available_ram():

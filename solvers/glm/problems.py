@@ -238,25 +238,29 @@ def make_problem_on_disk(name, data, y, row_stats=None, owner=None, **params):
 
 
 def _classification_on_disk(model, data, y, row_stats, params, owner):
-    if params["fit_intercept"]:
+    n, m = data.shape
+    d = getattr(data, "n_features", m)  # X's own width: the rest of each row is zero padding
+    if params["fit_intercept"] and d >= m:
         raise ValueError(f"The 'fit_intercept' parameter of {owner} must be False with the data on disk "
-                         "(host_budget): the file holds no intercept column. Got True instead.")
-    n, d = data.shape
+                         "(host_budget) unless its rows are padded (the dataset cache's sample-major copy): "
+                         "the file holds no intercept column. Got True instead.")
     if y.shape != (n,):
         raise ValueError(f"The data on disk for {owner} must hold one sample per coordinate (an (n_samples, "
-                         f"n_features) C-order .npy): it holds {n} coordinates of {d} values, and y has "
+                         f"n_features) C-order .npy): it holds {n} coordinates of {m} values, and y has "
                          f"shape {y.shape}.")
     classes = np.unique(y)
     if classes.shape[0] != 2:
         raise ValueError(f"{model.estimator} needs exactly two classes in y for one problem; "
                          f"got {classes.shape[0]} ({classes[:5].tolist()}).")
-    A = data.scaled(np.where(y == classes[1], 1.0, -1.0))
-    sq = A.row_stats()[1] if row_stats is None else np.asarray(row_stats[1], dtype=np.float64)
+    s = float(params["intercept_scaling"]) if params["fit_intercept"] else None
+    # liblinear's intercept: a feature of value s (regularised), in the first padding column
+    A = data.scaled(np.where(y == classes[1], 1.0, -1.0), intercept=s)
+    sq = A.row_stats()[1] if row_stats is None else np.asarray(row_stats[1], dtype=np.float64) + (s or 0.0) ** 2
     theta = model.theta(params, 0.0)
     P0 = n * float(model.math.g_conj(theta, 0.0))  # the user's primal at w = 0: sum_i loss_i(0)
-    return Problem(name=model.name, A=A, b=np.zeros(d), c=1.0, mu=np.zeros(n), sqnorm=sq, theta=theta,
+    return Problem(name=model.name, A=A, b=np.zeros(m), c=1.0, mu=np.zeros(n), sqnorm=sq, theta=theta,
                    params=params, P0=P0, dual_form=True, n_samples=n, n_features=d,
-                   info={"classes": classes, "fit_intercept": False,
+                   info={"classes": classes, "fit_intercept": bool(params["fit_intercept"]),
                          "intercept_scaling": float(params["intercept_scaling"])})
 
 

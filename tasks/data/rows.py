@@ -9,8 +9,13 @@ contiguous run, for the Lasso family). :func:`sample_major` returns the entry's
   ``pread`` with readahead off, on a few threads: the runs are not aligned for O_DIRECT),
   the pages dropped after each block, then transposed and appended to an aligned
   C-order file (``write_coordinate_major``: O_DIRECT writes, its data at 4096 bytes);
+- each row is padded with zeros to an aligned size (``aligned_width``: 5,000 float64, 40,000
+  bytes, stored in 40,960), so every sample starts on an O_DIRECT boundary and the reader
+  reads it straight into place, no bounce copy; the zeros change no dual model (w = A^T a
+  has zeros there, dropped from ``coef_``): :func:`features` gives X's own width;
 - the copy's checksum is added to the entry's ``meta.json``, so the cache checks it as
-  it checks the entry's other files (a damaged copy rebuilds the entry).
+  it checks the entry's other files (a damaged copy rebuilds the entry; an unpadded copy
+  from before is written again, once).
 
 The file holds X as it is, not y_i x_i: the labels' signs are applied as rows are read
 (solvers.duhl.disk.DiskMatrix's ``scale``), so one copy serves every classifier and any
@@ -29,7 +34,7 @@ from pathlib import Path
 import numpy as np
 import xxhash
 
-from solvers.duhl.disk_files import npy_header, read_npy_header, write_coordinate_major
+from solvers.duhl.disk_files import aligned_width, npy_header, read_npy_header, write_coordinate_major
 from tasks.data.cache import _describe
 from tasks.data.errors import DataError
 
@@ -55,7 +60,10 @@ def sample_major(folder) -> Path:
     meta_path = folder / "meta.json"
     meta = json.loads(meta_path.read_text())
     if out.exists() and ROWS_FILE in meta["files"]:
-        return out
+        if read_npy_header(out)[0][1] == aligned_width(shape[1], dtype.itemsize):
+            return out
+        log.info("data: %s/%s has unpadded rows (written before they were aligned): writing it again",
+                 folder.name, ROWS_FILE)
     start = time.perf_counter()
     digest = transpose(source, out, shape, dtype, offset)
     meta["files"][ROWS_FILE] = _describe(out, digest)
@@ -68,6 +76,15 @@ def sample_major(folder) -> Path:
     return out
 
 
+def features(path) -> int:
+    """X's own width in the file a dual model reads (:func:`sample_major`'s path): the values of
+    each row that are data; the rest of the row, if any, is zero padding."""
+    path = Path(path)
+    if path.name == ROWS_FILE:
+        return int(read_npy_header(path.with_name("X.npy"))[0][1])
+    return int(read_npy_header(path)[0][1])
+
+
 def drop_pages(path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -77,15 +94,17 @@ def drop_pages(path) -> None:
 
 
 def transpose(source: Path, out: Path, shape, dtype, offset: int, tile_bytes: int = TILE_BYTES) -> str:
-    """Write the Fortran-order (n, d) array at ``offset`` of ``source`` as a C-order .npy at
-    ``out``; returns the xxh3_128 of the whole file written (the cache's checksum)."""
+    """Write the Fortran-order (n, d) array at ``offset`` of ``source`` as a C-order (n, width) .npy
+    at ``out``, each row padded with zeros to ``width`` values (aligned_width(d)); returns the
+    xxh3_128 of the whole file written (the cache's checksum)."""
     n, d = (int(s) for s in shape)
     dtype = np.dtype(dtype)
-    rows = max(1, min(n, tile_bytes // max(1, d * dtype.itemsize)))
-    digest = xxhash.xxh3_128(npy_header((n, d), dtype))
+    width = aligned_width(d, dtype.itemsize)
+    rows = max(1, min(n, tile_bytes // max(1, width * dtype.itemsize)))
+    digest = xxhash.xxh3_128(npy_header((n, width), dtype))
     fd = os.open(source, os.O_RDONLY)
     os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)  # read the runs asked for, no readahead
-    tile = np.empty((d, rows), dtype)  # tile[j, :k] = X[i0:i0 + k, j]
+    tile = np.zeros((width, rows), dtype)  # tile[j, :k] = X[i0:i0 + k, j]; rows d.. stay 0: the padding
     column = n * dtype.itemsize
 
     def read_columns(i0, k, lo, hi):
@@ -105,7 +124,7 @@ def transpose(source: Path, out: Path, shape, dtype, offset: int, tile_bytes: in
 
     try:
         with ThreadPoolExecutor(THREADS, thread_name_prefix="transpose") as pool:
-            write_coordinate_major(out, n, d, blocks(pool), dtype, hasher=digest)
+            write_coordinate_major(out, n, width, blocks(pool), dtype, hasher=digest)
     finally:
         os.close(fd)
     return digest.hexdigest()

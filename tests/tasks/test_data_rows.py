@@ -5,6 +5,7 @@ cache's own checksum of the whole file; mincore(2) for the page cache; tracemall
 RAM the transpose allocates; scikit-learn's LinearSVC (liblinear) for a problem built on it.
 """
 
+import json
 import os
 import tracemalloc
 import warnings
@@ -13,14 +14,17 @@ import numpy as np
 import pytest
 from sklearn.svm import LinearSVC
 
+from solvers.duhl.disk import DiskMatrix, aligned_empty, write_coordinate_major
 from solvers.duhl.disk_files import read_npy_header
 from solvers.duhl.solver import DuHL
 from tasks.data import DataError, SphereData, SyntheticDenseData, cache, checksum, load_dataset, read_cached
-from tasks.data.rows import ROWS_FILE, sample_major, transpose
+from tasks.data.cache import _describe
+from tasks.data.rows import ROWS_FILE, features, sample_major, transpose
 from tasks.problems import build_problem_on_disk, coordinate_stats, labels_for
 from tests.solvers.duhl.test_disk import resident_bytes
 
 CFG = SyntheticDenseData(n_samples=1003, n_features=77, n_informative=5)
+WIDE = SyntheticDenseData(n_samples=200, n_features=500, n_informative=5)  # rows of 4000 bytes: padded to 4096
 
 
 def test_the_copy_equals_x_in_c_order_is_recorded_and_made_once(tmp_path):
@@ -104,3 +108,91 @@ def test_a_classifier_on_disk_reads_the_copy_and_reaches_liblinears_optimum(tmp_
         return 0.5 * v @ v + 0.01 * np.maximum(0.0, 1.0 - y * (X @ v)).sum()
 
     assert primal(w) <= primal(sk.coef_.ravel()) + 1e-9 * problem.P0
+
+
+def test_wide_rows_are_padded_with_zeros_and_read_straight_into_place(tmp_path):
+    ds = load_dataset(WIDE, tmp_path)
+    X = np.array(ds.X)
+    path = sample_major(ds.path)
+    shape, fortran, dtype, offset, _ = read_npy_header(path)
+    assert (shape, fortran, offset) == ((200, 512), False, 4096)  # 4096 bytes a row: every row aligned
+    stored = np.load(path)
+    np.testing.assert_array_equal(stored[:, :500], X)
+    assert not stored[:, 500:].any()
+    assert features(path) == 500 and features(ds.path / "X.npy") == 500
+    m = DiskMatrix(path)
+    if m.direct:  # O_DIRECT (tmp_path is on a disk: tests/solvers/duhl/test_disk.py checks it)
+        m._bounce = None  # no request may go through a bounce buffer: each lands in place
+    out = aligned_empty((3, 512))
+    m.read_into(np.array([7, 150, 8]), out)
+    np.testing.assert_array_equal(out[:, :500], X[[7, 150, 8]])
+    m.close()
+
+
+def test_an_unpadded_copy_from_before_is_written_again_once(tmp_path):
+    ds = load_dataset(WIDE, tmp_path)
+    X = np.array(ds.X)
+    old = ds.path / ROWS_FILE  # as the cache wrote it before rows were padded, recorded in meta.json
+    write_coordinate_major(old, 200, 500, [X])
+    meta = json.loads((ds.path / "meta.json").read_text())
+    meta["files"][ROWS_FILE] = _describe(old, checksum(old))
+    (ds.path / "meta.json").write_text(json.dumps(meta))
+    path = sample_major(ds.path)
+    assert read_npy_header(path)[0] == (200, 512)
+    np.testing.assert_array_equal(np.load(path)[:, :500], X)
+    stamp = path.stat().st_mtime_ns
+    assert sample_major(ds.path) == path and path.stat().st_mtime_ns == stamp
+    cache._CHECKED.clear()
+    read_cached(ds.path)  # the new copy's checksum replaced the old one's
+    assert checksum(path) in (ds.path / "meta.json").read_text()
+
+
+def test_a_classifier_on_padded_rows_drops_the_padding_and_reaches_liblinears_optimum(tmp_path):
+    ds = load_dataset(WIDE, tmp_path)
+    X, y = np.array(ds.X), labels_for("svm", ds.y)
+    problem = build_problem_on_disk({"name": "svm", "C": 0.001, "fit_intercept": False}, ds.path, ds.y,
+                                    coordinate_stats("svm", ds.path))
+    assert problem.A.shape == (200, 512) and problem.n_features == 500
+    np.testing.assert_allclose(problem.sqnorm, (X * X).sum(1), rtol=1e-12)  # the zeros add nothing
+    r = DuHL(host_budget=0.25, tol=1e-10, random_state=0).solve(problem)
+    assert r.status == "converged" and r.v.shape == (512,) and not r.v[500:].any()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (within 1e-13 of its tol=1e-12 objective here, 100x faster)
+        sk = LinearSVC(C=0.001, loss="hinge", dual=True, fit_intercept=False, tol=1e-10, max_iter=5000).fit(X, y)
+
+    def primal(v):
+        return 0.5 * v @ v + 0.001 * np.maximum(0.0, 1.0 - y * (X @ v)).sum()
+
+    assert primal(r.v[:500]) <= primal(sk.coef_.ravel()) + 1e-9 * problem.P0
+
+
+@pytest.mark.parametrize("model", ["svm", "logistic"])
+def test_an_intercept_lives_in_the_padding_and_reaches_liblinears_optimum(tmp_path, model):
+    """fit_intercept on the padded copy: the first padding value of each row reads as
+    intercept_scaling (liblinear's regularised extra feature); the objective of w and the intercept
+    is liblinear's optimum with the same intercept_scaling (its fit is the oracle)."""
+    from sklearn.linear_model import LogisticRegression
+    ds = load_dataset(WIDE, tmp_path)
+    X, y = np.array(ds.X), labels_for(model, ds.y)
+    s, C = 2.0, 0.001
+    problem = build_problem_on_disk({"name": model, "C": C, "fit_intercept": True, "intercept_scaling": s},
+                                    ds.path, ds.y, coordinate_stats(model, ds.path))
+    np.testing.assert_allclose(problem.sqnorm, (X * X).sum(1) + s * s, rtol=1e-12)
+    r = DuHL(host_budget=0.5, tol=1e-9, random_state=0).solve(problem)
+    assert r.status == "converged" and not r.v[501:].any()
+    w, b = r.v[:500], r.v[500] * s
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if model == "svm":
+            sk = LinearSVC(C=C, loss="hinge", dual=True, intercept_scaling=s, tol=1e-10, max_iter=5000).fit(X, y)
+        else:
+            sk = LogisticRegression(C=C, solver="liblinear", dual=True, intercept_scaling=s, tol=1e-10,
+                                    max_iter=5000).fit(X, y)
+
+    def primal(v, c):
+        m = y * (X @ v + c)
+        loss = np.maximum(0.0, 1.0 - m) if model == "svm" else np.logaddexp(0.0, -m)
+        return 0.5 * (v @ v + (c / s) ** 2) + C * loss.sum()
+
+    assert abs(b) > 1e-3  # an intercept the data wants (the oracle's too)
+    assert primal(w, b) <= primal(sk.coef_.ravel(), sk.intercept_[0]) + 1e-9 * problem.P0

@@ -168,6 +168,35 @@ def test_reads_equal_np_load(stores, store, threads, max_request):
                 np.testing.assert_array_equal(view, M[c])  # valid while it is the current chunk
 
 
+def test_chunks_keep_the_next_read_in_flight_while_one_is_awaited(stores, monkeypatch):
+    """The next chunk's read starts before the current one is awaited (the disk never waits for
+    a read to be set up), into the half the caller is done with: every chunk still equals
+    np.load's rows, and two reads are in flight at once."""
+    path, M = stores["writer C odd"]
+    m = DiskMatrix(path, threads=2)
+    seen, slow = [], DiskMatrix._read
+
+    def read(self, q):  # a slow disk: the current read is still going when the next one starts
+        time.sleep(0.002)
+        return slow(self, q)
+
+    monkeypatch.setattr(DiskMatrix, "_read", read)
+    start = m._start
+
+    def counted(*args):
+        future = start(*args)
+        seen.append(m._in_flight)
+        return future
+
+    m._start = counted
+    buffer = aligned_empty((4, M.shape[1]), M.dtype)
+    for c, view in m.chunks(np.arange(M.shape[0]), buffer):
+        np.testing.assert_array_equal(view, M[c])
+        view[:] = np.nan  # the caller may scribble on its chunk: the next read goes elsewhere
+    assert len(seen) == 19 and max(seen) == 2
+    m.close()
+
+
 def test_concurrent_prefetches_and_counters(stores):
     path, M = stores["writer C odd"]
     with DiskMatrix(path, threads=3) as m:

@@ -107,3 +107,40 @@ def test_a_memory_map_without_host_budget_is_data_in_ram(tmp_path):
     model = Lasso(alpha=0.1, tol=1e-10).fit(X_map, y)
     assert "bytes_disk" not in model.history_
     np.testing.assert_allclose(model.coef_, Lasso(alpha=0.1, tol=1e-10).fit(X, y).coef_, atol=1e-8)
+
+
+@pytest.mark.parametrize("fortran", [False, True])
+def test_predictions_from_a_file_on_disk_equal_those_from_ram_in_bounded_ram(tmp_path, fortran, monkeypatch):
+    """predict / decision_function / predict_proba / score on an .npy path or its memory map:
+    read a buffer at a time past the page cache (C order: blocks of samples; Fortran: blocks of
+    features), equal to X @ coef_.T + intercept_ in RAM; the buffer, not the file, bounds the
+    RAM (a buffer of 16 rows of the 600-sample file here: the data is read in ~38 blocks)."""
+    import solvers.duhl.on_disk as on_disk
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((600, 12))
+    y3 = np.digitize(X[:, 0] + 0.3 * rng.standard_normal(600), [-0.5, 0.5])  # three classes: ovr
+    path = saved(tmp_path, X, fortran)
+    blocks = []
+    real = on_disk.linear_scores
+
+    def small(matrix, coef, buffer_bytes=None):
+        blocks.append(matrix.shape)
+        return real(matrix, coef, buffer_bytes=16 * matrix.row_bytes)
+
+    monkeypatch.setattr("solvers.duhl.estimators.linear_scores", small)
+    clf = LogisticRegression(C=0.5, tol=1e-6, random_state=0).fit(X, y3)
+    reg = Lasso(alpha=0.01, tol=1e-6, random_state=0).fit(X, X[:, 1] - X[:, 2])
+    for X_disk in (path, str(path), np.load(path, mmap_mode="r")):
+        np.testing.assert_allclose(clf.decision_function(X_disk), X @ clf.coef_.T + clf.intercept_, rtol=1e-12)
+        np.testing.assert_array_equal(clf.predict(X_disk), clf.predict(X))
+        np.testing.assert_allclose(clf.predict_proba(X_disk), clf.predict_proba(X), rtol=1e-12)
+        np.testing.assert_allclose(reg.predict(X_disk), X @ reg.coef_ + reg.intercept_, rtol=1e-12, atol=1e-14)
+        assert reg.score(X_disk, X[:, 1] - X[:, 2]) == pytest.approx(reg.score(X, X[:, 1] - X[:, 2]), rel=1e-12)
+    assert len(blocks) == 3 * 5  # every call above read the file through the disk tier
+    with pytest.raises(ValueError, match="X has 12 features, but Lasso is expecting 11 features as input"):
+        Lasso(alpha=0.01).fit(X[:, :11], X[:, 1]).predict(path)
+    np.save(tmp_path / "v.npy", X[:, 0])
+    with pytest.raises(ValueError, match="The 'X' parameter of LogisticRegression must be a 2-D float .npy"):
+        clf.predict(tmp_path / "v.npy")
+    view = np.load(path, mmap_mode="r")[:100]  # a view of the file: an array like any other
+    np.testing.assert_array_equal(clf.predict(view), clf.predict(X[:100]))
