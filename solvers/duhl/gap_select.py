@@ -79,6 +79,20 @@ def _same_block(gaps, resident, coord_bytes, budget, chosen):
 
 
 @njit(nogil=True, cache=True)
+def _take(order, coord_bytes, remaining, chosen, k):
+    """Appends ``order``'s coordinates to ``chosen`` from ``k`` while their bytes fit:
+    (k, the bytes left, whether one did not fit)."""
+    for t in range(order.shape[0]):
+        i = np.int64(order[t])
+        if coord_bytes[i] > remaining:
+            return k, remaining, True
+        remaining -= coord_bytes[i]
+        chosen[k] = i
+        k += 1
+    return k, remaining, False
+
+
+@njit(nogil=True, cache=True)
 def _gap_block(gaps, resident, coord_bytes, budget, chosen, keys, cand):
     """The gap policy's block into ``chosen`` (in no particular order), its size returned (see
     the module's docstring): each gap's key (``keys``); a histogram of bytes by the keys' next
@@ -157,13 +171,9 @@ def _gap_block(gaps, resident, coord_bytes, budget, chosen, keys, cand):
             n_res += resident[i]
             keys[n_out] = i
             n_out += not resident[i]
-        for t in range(n_res + n_out):
-            i = cand[t] if t < n_res else np.int64(keys[t - n_res])
-            if coord_bytes[i] > remaining:
-                return k
-            remaining -= coord_bytes[i]
-            chosen[k] = i
-            k += 1
+        k, remaining, full = _take(cand[:n_res], coord_bytes, remaining, chosen, k)
+        if not full:
+            k = _take(keys[:n_out], coord_bytes, remaining, chosen, k)[0]
         return k
     for j in range(1, m):  # a few: a stable insertion sort by (gap descending, resident first)
         item = cand[j]
@@ -175,11 +185,4 @@ def _gap_block(gaps, resident, coord_bytes, budget, chosen, keys, cand):
             cand[q] = prev
             q -= 1
         cand[q] = item
-    for t in range(m):
-        i = cand[t]
-        if coord_bytes[i] > remaining:
-            return k
-        remaining -= coord_bytes[i]
-        chosen[k] = i
-        k += 1
-    return k
+    return _take(cand[:m], coord_bytes, remaining, chosen, k)[0]
