@@ -45,6 +45,7 @@ ARMS = {  # name: (memory_budget (None, or --budget), refresh, which loop: None 
     "routed": (0.25, "auto", None, 1),
     "routed auto": (0.25, "auto", None, "auto"),  # local_epochs "auto"
     "routed 2": (0.25, "auto", None, 2),
+    "routed 3": (0.25, "auto", None, 3),
     "routed 4": (0.25, "auto", None, 4),
     "routed 8": (0.25, "auto", None, 8),
 }
