@@ -9,7 +9,8 @@ rel_gap 1e-6 (the first certified row at or below it) with all data resident, an
 at memory_budget 0.25 with the Python loop (refresh "auto": what main runs; and
 refresh "all": the same iterates as the compiled loop) and the compiled loop
 (solvers.duhl.compiled_swaps, refresh "all" semantics), whether or not DuHL would
-route there by itself; the routed arm is what DuHL() picks. Medians of --repeats
+route there by itself; the routed arm is what DuHL() picks ("routed auto", "routed 2", 4, 8:
+the same with that local_epochs). Medians of --repeats
 seeds, the arms interleaved, after a warm-up (Numba compilation) per arm, reported
 apart; with each time to 1e-6 (wall clock, from the trace) the CPU time of the whole
 solve (the process's: less sensitive to a loaded machine, includes the trace's
@@ -36,24 +37,29 @@ from pipelines.bench.peers import problems, time_to
 from solvers.duhl.solver import DuHL
 
 TARGET = 1e-6
-ARMS = {  # name: (memory_budget (None, or --budget), refresh, which loop: None lets DuHL route)
-    "all resident": (None, "auto", None),
-    "python auto": (0.25, "auto", False),
-    "python all": (0.25, "all", False),
-    "compiled": (0.25, "all", True),
-    "routed": (0.25, "auto", None),
+ARMS = {  # name: (memory_budget (None, or --budget), refresh, which loop: None lets DuHL route, local_epochs)
+    "all resident": (None, "auto", None, 1),
+    "python auto": (0.25, "auto", False, 1),
+    "python all": (0.25, "all", False, 1),
+    "compiled": (0.25, "all", True, 1),
+    "routed": (0.25, "auto", None, 1),
+    "routed auto": (0.25, "auto", None, "auto"),  # local_epochs "auto"
+    "routed 2": (0.25, "auto", None, 2),
+    "routed 3": (0.25, "auto", None, 3),
+    "routed 4": (0.25, "auto", None, 4),
+    "routed 8": (0.25, "auto", None, 8),
 }
 
 
 def run(problem, arm, seed, max_epochs=100000, max_time=30.0, share=0.25):
-    budget, refresh, compiled = ARMS[arm]
+    budget, refresh, compiled, local_epochs = ARMS[arm]
     budget = budget and share
     routes = duhl_solver.routes
     if compiled is not None:
         duhl_solver.routes = lambda *args: compiled
     try:
-        return DuHL(memory_budget=budget, refresh=refresh, tol=TARGET, max_epochs=max_epochs,
-                    max_time=max_time, random_state=seed).solve(problem)
+        return DuHL(memory_budget=budget, refresh=refresh, local_epochs=local_epochs, tol=TARGET,
+                    max_epochs=max_epochs, max_time=max_time, random_state=seed).solve(problem)
     finally:
         duhl_solver.routes = routes
 
@@ -80,7 +86,7 @@ def main():
     parser.add_argument("--only", default=None, help="problems whose label contains this")
     parser.add_argument("--budget", type=float, default=0.25, help="memory_budget of the arms with part resident")
     parser.add_argument("--parts", action="store_true", help="the routed arm's CPU time per round, by part")
-    parser.add_argument("--arms", default=",".join(ARMS),
+    parser.add_argument("--arms", default=",".join(list(ARMS)[:5]),  # the local_epochs arms on request
                         help="comma-separated arms to run (the first is the ratios' base), e.g. 'all resident,routed'")
     args = parser.parse_args()
     arms = args.arms.split(",")

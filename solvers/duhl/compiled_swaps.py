@@ -36,7 +36,7 @@ from solvers.duhl.compiled_parts import (_block_gaps, _clock, _now, _pairwise, _
                                          _swap_in)
 from solvers.duhl.gap_memory import MARGIN, ROUNDING
 from solvers.duhl.inmemory import _epoch, _gaps
-from solvers.duhl.swaps import MAX_PASSES_PER_ROUND, _child
+from solvers.duhl.swaps import MAX_PASSES_PER_ROUND, _child, round_epochs
 from solvers.glm.certificates import form_certificate, residual_stats, tight_lasso
 from solvers.glm.models import shrink_cut
 from solvers.kernels import cpu
@@ -85,7 +85,7 @@ def routes(solver, problem, rset):
         return True
     total = int(problem.coord_bytes.sum())
     block = int(rset.capacity_bytes)
-    extra = (total - block) - (solver.local_epochs + 1) * block
+    extra = (total - block) - (round_epochs(solver.local_epochs, total, block) + 1) * block
     return solver.refresh == "auto" and extra <= EXTRA_GAP_BYTES
 
 
@@ -322,7 +322,8 @@ def solve_compiled_swaps(solver, problem, rset, a, z, off, rng, trace, t0, itera
     # one machine-code version for every user's value types (an int max_epochs or a float)
     scalars = (int(rset.capacity_bytes), int(POLICIES[solver.selection]))
     max_updates = float(solver.max_epochs * n)
-    loop_params = (int(solver.local_epochs), int(MAX_PASSES_PER_ROUND), bool(solver.shrinking))
+    epochs = round_epochs(solver.local_epochs, coord_bytes.sum(), rset.capacity_bytes)
+    loop_params = (epochs, int(MAX_PASSES_PER_ROUND), bool(solver.shrinking))
     tight, l1, carry, tol_abs = bool(tight), float(l1), bool(carry), float(tol_abs)
     clock = clock if clock is not None else (CLOCK if CLOCK is not None else _NO_CLOCK)
     # the gap memory's proofs, with refresh "auto" (refresh "all" computes every gap: nothing to

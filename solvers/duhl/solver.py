@@ -51,8 +51,10 @@ class DuHL:
         None holds everything (plain in-memory stochastic coordinate descent).
     selection : {"gap", "random", "sequential", "importance"}
         Which coordinates live on the device; "gap" is DuHL.
-    local_epochs : int
-        Device epochs over its block per round.
+    local_epochs : int or "auto"
+        Device epochs over its block per round. "auto": with part of the data resident, the
+        bytes outside the block (the stale gaps a round refreshes) over the block's, rounded,
+        1 to 4 (solvers.duhl.swaps.round_epochs); 1 with all data resident.
     tol : float
         Stop once rel_gap = gap / P(0) <= tol.
     max_epochs : float
@@ -321,8 +323,9 @@ class DuHL:
                              prefetch_hits=0, bytes_prefetched=0)
             done.update(rounds=int(counters[1]), updates=float(counters[0]))
 
+        epochs = 1 if self.local_epochs == "auto" else self.local_epochs  # "auto" balances swaps: none here
         status, dual_best = solve_in_memory(
-            problem, a, z, off, local_epochs=self.local_epochs, max_epochs=self.max_epochs,
+            problem, a, z, off, local_epochs=epochs, max_epochs=self.max_epochs,
             max_time=self.max_time, shrinking=self.shrinking, tol_abs=self.tol * P0,
             seed_value=int(rng.integers(2**31 - 1)), record=record, t0=t0, max_passes=MAX_PASSES_PER_ROUND,
             iterates=self._iterates, **self._acceleration(problem))

@@ -58,6 +58,24 @@ class _Done:
         return self.value
 
 
+# local_epochs "auto" with part of the data resident: epochs on the block per round worth
+# the bytes of the stale gaps the host refreshes (the data outside the block), at most this
+# many. Opt-in, not the default: measured (pipelines.bench.swap_loop --arms "routed,routed
+# auto,routed 8", CPU time) it helps the Lasso, SVM and diabetes at memory_budget 0.25 and 0.1,
+# but w8a logistic at 0.1 takes 1.2x, 2.4x, 4.4x, 21x the time of 1 epoch with 2, 3, 4, 8.
+AUTO_EPOCHS_CAP = 4
+
+
+def round_epochs(local_epochs, total_bytes, block_bytes):
+    """``local_epochs`` as a number of epochs on the block per round; "auto": the data outside
+    the block over the block's bytes, rounded, in [1, AUTO_EPOCHS_CAP] (a round refreshes every
+    stale gap: the block's passes then cost what the refresh costs)."""
+    if local_epochs != "auto":
+        return int(local_epochs)
+    ratio = (int(total_bytes) - int(block_bytes)) / max(1, int(block_bytes))
+    return int(min(AUTO_EPOCHS_CAP, max(1, int(ratio + 0.5))))
+
+
 def passes_per_round(local_epochs, n_resident, n_visit):
     """Passes over the visited coordinates worth ``local_epochs`` epochs of the resident set."""
     return local_epochs * min(MAX_PASSES_PER_ROUND, max(1, n_resident // max(1, n_visit)))
@@ -159,6 +177,7 @@ def solve_with_swaps(solver, problem, rset, a, z, off, rng, trace, t0, iterates)
     coord_bytes = problem.coord_bytes
     state = (a, z, off)
     policy = Policy(solver.selection, coord_bytes, rset.capacity_bytes, problem.sqnorm, _child(rng))
+    epochs = round_epochs(solver.local_epochs, coord_bytes.sum(), rset.capacity_bytes)
     dual_best = -np.inf
     on_disk = problem.on_disk
     ram_rows = problem.A.data.shape[0] if isinstance(problem.A, RamTier) else 0
@@ -226,7 +245,7 @@ def solve_with_swaps(solver, problem, rset, a, z, off, rng, trace, t0, iterates)
             start_updates, start_swaps = updates, swaps
             whole = bool(resident.all())
             visit = active if active is not None else chosen
-            passes = passes_per_round(solver.local_epochs, n_resident, visit.shape[0])
+            passes = passes_per_round(epochs, n_resident, visit.shape[0])
             if whole and rnd < schedule.next_round:
                 # all resident (a GPU): gaps only when the schedule expects them to matter
                 updates += rset.run_round(state, rng, passes, with_gaps=False, active=active)[0]

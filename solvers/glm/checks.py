@@ -189,7 +189,7 @@ RULES: Mapping[str, Rule] = {
     # DuHL
     "memory_budget": Either(None, Real(0, 1, "right"), Size()),
     "selection": Options(SELECTIONS),
-    "local_epochs": Integer(1),
+    "local_epochs": AUTO_OR_POSITIVE_INT,
     "device": Options(DEVICES),
     "gap_every": AUTO_OR_POSITIVE_INT,
     "shrinking": Boolean(),

@@ -128,7 +128,7 @@ def test_unknown_option_fails(hydra_conf):
     ("experiment.arms.duhl-gap.selection=best", "'selection'.*best"),
     ("+experiment.arms.odd.colour=red", "colour"),
     ("experiment.main_arm=nope", "main_arm"),
-    ("solver.local_epochs=x", "'local_epochs' parameter of solver must be an int >= 1. Got 'x'"),  # Any: CoCoA+'s 'auto'
+    ("solver.local_epochs=x", "'local_epochs' parameter of solver must be 'auto' or an int >= 1. Got 'x'"),
     ("solver=cocoa solver.local_epochs=x", "'local_epochs' parameter of solver must be 'auto' or an int >= 1"),
     ("solver=cocoa solver.sigma=big", "'sigma' parameter of solver must be 'safe', 'data' or a float > 0"),
     ("experiment=reproduce experiment.reproduce.only=[nope]", "'only' parameter of experiment.reproduce"),

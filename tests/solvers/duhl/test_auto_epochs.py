@@ -1,0 +1,75 @@
+"""local_epochs="auto" (solvers.duhl.swaps.round_epochs): with part of the data resident a
+round runs as many epochs on the block as the stale data outside it has bytes, capped; both
+round loops run it alike, it reaches the optimum, and a bad value gets a one-line error."""
+
+import numpy as np
+import pytest
+
+import glm_oracles as go
+import solvers.duhl.compiled_swaps as compiled
+import solvers.duhl.solver as duhl_module
+from solvers.duhl.solver import DuHL
+from solvers.duhl.swaps import AUTO_EPOCHS_CAP, round_epochs
+from solvers.glm.problems import make_problem
+
+
+@pytest.mark.parametrize("budget", [1.0, 0.5, 0.3, 0.25, 0.2, 0.1, 0.05])
+def test_auto_is_the_stale_over_block_ratio_capped(budget):
+    total = 10_000
+    block = int(budget * total)
+    exact = (total - block) / block  # the refreshed bytes over the block's
+    assert round_epochs("auto", total, block) == min(AUTO_EPOCHS_CAP, max(1, int(np.floor(exact + 0.5))))
+    assert round_epochs(3, total, block) == 3  # a number is kept as given
+
+
+def _solve(problem, loop, monkeypatch, **kw):
+    calls = []
+    real = compiled.run_swap_slice
+
+    def counted(*args):
+        calls.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(compiled, "run_swap_slice", counted)
+    monkeypatch.setattr(duhl_module, "routes", lambda *args: loop)
+    res = DuHL(**kw).solve(problem)
+    assert bool(calls) == loop
+    return res
+
+
+def test_budgeted_auto_reaches_the_optimum_in_both_loops_alike(case_factory, monkeypatch):
+    """At memory_budget 0.25 "auto" is 3 epochs a round: the compiled and Python loops
+    (refresh "all") give the same trace, and the solution is scikit-learn's optimum."""
+    case = case_factory("lasso", True, np.float64)
+    problem = make_problem(go.PROBLEM_NAME[case.model], case.X, case.y, **case.params)
+    kw = dict(memory_budget=0.25, local_epochs="auto", refresh="all", tol=1e-12, max_epochs=20000, random_state=1)
+    py = _solve(problem, False, monkeypatch, **kw)
+    cc = _solve(problem, True, monkeypatch, **kw)
+    one = _solve(problem, True, monkeypatch, **dict(kw, local_epochs=1))
+    assert py.status == cc.status == one.status == "converged"
+    cols = ["round", "epoch", "primal", "dual", "gap", "swaps"]
+    assert py.trace[cols].reset_index(drop=True).equals(cc.trace[cols].reset_index(drop=True))
+    assert cc.n_rounds < one.n_rounds  # more work on the block a round: fewer rounds
+    scale = np.abs(case.oracle["coef"]).max()
+    np.testing.assert_allclose(cc.a, case.oracle["coef"], rtol=0, atol=1e-4 * scale)
+    P, _ = go.gap_from_coordinates(case.model, case.X, case.y, cc.a, case.params)
+    assert P - case.oracle["P"] <= 1e-9 * case.P0 + 1e-12
+
+
+@pytest.mark.parametrize("value", ["x", 0, 2.5])
+def test_a_bad_local_epochs_names_the_value(value):
+    with pytest.raises(ValueError, match=r"The 'local_epochs' parameter of DuHL must be 'auto' or an int >= 1\. "
+                                         rf"Got {value!r} instead\."):
+        DuHL(local_epochs=value)
+
+
+def test_auto_routes_where_its_refresh_covers_the_stale_gaps(case_factory, monkeypatch):
+    """refresh "auto" reads (epochs + 1) blocks' bytes: at memory_budget 0.25 "auto" (3
+    epochs) covers the three quarters outside the block, so the compiled loop runs even
+    with no slack, where one epoch does not."""
+    case = case_factory("lasso", True, np.float64)
+    problem = make_problem(go.PROBLEM_NAME[case.model], case.X, case.y, **case.params)
+    rset = type("R", (), {"staging_bytes": 0, "capacity_bytes": int(0.25 * problem.coord_bytes.sum())})()
+    monkeypatch.setattr(compiled, "EXTRA_GAP_BYTES", 0)
+    assert compiled.routes(DuHL(memory_budget=0.25, local_epochs="auto"), problem, rset)
+    assert not compiled.routes(DuHL(memory_budget=0.25, local_epochs=1), problem, rset)
