@@ -7,10 +7,10 @@ import pytest
 
 import glm_oracles as go
 import solvers.duhl.compiled_swaps as compiled
-import solvers.duhl.solver as duhl_module
 from solvers.duhl.solver import DuHL
 from solvers.duhl.swaps import AUTO_EPOCHS_CAP, round_epochs
 from solvers.glm.problems import make_problem
+from test_compiled_swaps import _solve  # DuHL in the loop a test names
 
 
 @pytest.mark.parametrize("budget", [1.0, 0.5, 0.3, 0.25, 0.2, 0.1, 0.05])
@@ -20,21 +20,6 @@ def test_auto_is_the_stale_over_block_ratio_capped(budget):
     exact = (total - block) / block  # the refreshed bytes over the block's
     assert round_epochs("auto", total, block) == min(AUTO_EPOCHS_CAP, max(1, int(np.floor(exact + 0.5))))
     assert round_epochs(3, total, block) == 3  # a number is kept as given
-
-
-def _solve(problem, loop, monkeypatch, **kw):
-    calls = []
-    real = compiled.run_swap_slice
-
-    def counted(*args):
-        calls.append(1)
-        return real(*args)
-
-    monkeypatch.setattr(compiled, "run_swap_slice", counted)
-    monkeypatch.setattr(duhl_module, "routes", lambda *args: loop)
-    res = DuHL(**kw).solve(problem)
-    assert bool(calls) == loop
-    return res
 
 
 def test_budgeted_auto_reaches_the_optimum_in_both_loops_alike(case_factory, monkeypatch):
