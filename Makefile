@@ -13,7 +13,7 @@ PORT   ?= 5000
 MLFLOW_DB ?= mlflow.db
 
 .DEFAULT_GOAL := help
-.PHONY: help install install-gpu experiment reproduce out-of-core out-of-core-big sweep ui test test-ui test-multihost test-gpu bench bench-solvers bench-gpu bench-gpu-disk bench-data bench-disk-reads
+.PHONY: help install install-gpu experiment reproduce out-of-core out-of-core-big sweep ui test test-ui test-multihost test-gpu bench bench-solvers bench-gpu bench-gpu-disk bench-gpu-reads bench-data bench-disk-reads
 
 help:  ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
@@ -92,3 +92,6 @@ bench-disk-reads: $(STAMP)  ## the disk tier's scattered reads (Lasso columns, S
 
 bench-gpu-disk: install-gpu  ## disk -> RAM -> GPU: a 4 GB Lasso on disk, gap vs sequential vs the CPU's disk tier (needs a GPU)
 	$(PY) -m pipelines.bench.gpu_disk $(ARGS)
+
+bench-gpu-reads: install-gpu  ## disk -> GPU reads: ours (O_DIRECT, buffered) vs kvikio where installed (needs a GPU)
+	$(PY) -m pipelines.bench.gpu_reads $(ARGS)

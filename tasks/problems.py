@@ -58,17 +58,18 @@ def build_problem(model_cfg: Mapping[str, Any], X, y):
     return make_problem(model, X, labels_for(model, y), **kwargs)
 
 
-def build_problem_on_disk(model_cfg: Mapping[str, Any], folder, y, row_stats=None):
+def build_problem_on_disk(model_cfg: Mapping[str, Any], folder, y, row_stats=None, direct=None):
     """The GLM problem with its coordinate data left on disk. Regression models (the Lasso
     family): the cached dataset's ``X.npy`` (Fortran order: each feature a contiguous run, read
     past the page cache). Classifiers (solved in the dual, a sample per coordinate): its
     sample-major copy (tasks.data.rows.sample_major: ``X_rows.npy``, written once), read with
     the labels' signs applied. ``row_stats`` = (sum, sum of squares) of each coordinate (from
-    :func:`coordinate_stats`), else one pass over the file."""
+    :func:`coordinate_stats`), else one pass over the file. ``direct``: the reader's (OnDisk)."""
     kwargs = dict(model_cfg)
     model = kwargs.pop("name")
     path = on_disk_path(model, folder)
-    data = OnDisk(path, n_features=features(path)) if is_classifier(model) else OnDisk(path)  # rows padded
+    # a classifier's rows are padded: its features are the leading values
+    data = OnDisk(path, n_features=features(path) if is_classifier(model) else None, direct=direct)
     return make_problem_on_disk(model, data, labels_for(model, y), row_stats=row_stats, **kwargs)
 
 

@@ -35,8 +35,9 @@ class OnDisk:
     on_disk = True
     ndim = 2
 
-    def __init__(self, matrix, buffer_bytes=DEFAULT_BUFFER_BYTES, n_features=None, scale=None, intercept=None):
-        self.matrix = matrix if isinstance(matrix, DiskMatrix) else reader(matrix)
+    def __init__(self, matrix, buffer_bytes=DEFAULT_BUFFER_BYTES, n_features=None, scale=None, intercept=None,
+                 direct=None):
+        self.matrix = matrix if isinstance(matrix, DiskMatrix) else reader(matrix, direct)
         self.shape = self.matrix.shape
         # each coordinate's factor, applied by the thread that uses the rows once they are read
         # (not in the reader's threads, which then only issue reads: beside two compute threads
@@ -222,10 +223,12 @@ def available_ram():
     return None
 
 
-def reader(path) -> DiskMatrix:
-    """The disk matrix the solver reads ``path`` with: more requests in flight for small coordinates."""
+def reader(path, direct=None) -> DiskMatrix:
+    """The disk matrix the solver reads ``path`` with: more requests in flight for small coordinates.
+    ``direct``: DiskMatrix's (None: O_DIRECT where the file system has it; False: buffered reads whose
+    pages are dropped after, faster on some virtual disks: see the README's disk -> GPU reads)."""
     shape, fortran, dtype, _, _ = read_npy_header(path)
     length = shape[0] if fortran else (shape[1] if len(shape) > 1 else 0)
     if length * dtype.itemsize < SMALL_COORD_BYTES:
-        return DiskMatrix(path, threads=READ_THREADS, max_request=READ_REQUEST_BYTES)
-    return DiskMatrix(path)
+        return DiskMatrix(path, threads=READ_THREADS, max_request=READ_REQUEST_BYTES, direct=direct)
+    return DiskMatrix(path, direct=direct)

@@ -88,14 +88,15 @@ def test_an_aligned_fortran_file_is_used_in_place_and_checked(tmp_path):
     assert (src / "X.npy").exists()  # the failed entry never touches the user's file
 
 
-@pytest.mark.parametrize("order", ["C", "F"])
-def test_duhl_with_a_host_budget_on_the_users_file_reaches_scikit_learns_lasso(tmp_path, order):
+@pytest.mark.parametrize("order,direct", [("C", None), ("F", None), ("C", False)])
+def test_duhl_with_a_host_budget_on_the_users_file_reaches_scikit_learns_lasso(tmp_path, order, direct):
     X, y = data(seed=1)
     path = save(tmp_path / "src", X, y, fortran=order == "F")
     ds = load_dataset(NpyData(path=str(path), target=str(path.parent / "y.npy")), tmp_path / "cache")
     alpha = 0.05 * np.abs(X.T @ y).max() / N
     model = {"name": "lasso", "alpha": alpha, "fit_intercept": False}
-    on_disk = build_problem_on_disk(model, ds.path, ds.y)
+    on_disk = build_problem_on_disk(model, ds.path, ds.y, direct=direct)
+    assert direct is None or not on_disk.A.matrix.direct  # direct=False: buffered reads, pages dropped
     in_ram = build_problem(model, X, y)  # from the arrays the test wrote
     loaded = on_disk.in_memory()
     np.testing.assert_array_equal(loaded.A, in_ram.A)
