@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from pipelines.bench.common import print_table
+from solvers.duhl.devices import NoCudaDevice, check_device
 from solvers.duhl.disk import DiskMatrix, aligned_empty, write_coordinate_major
 from tasks.resources import cold_read_bandwidth
 
@@ -99,6 +100,10 @@ def main(argv=None):
     parser.add_argument("--threads", type=int, default=16)
     parser.add_argument("--trials", type=int, default=5)
     args = parser.parse_args(argv)
+    try:
+        check_device("cuda")
+    except NoCudaDevice as err:
+        raise SystemExit(f"bench-gpu-reads needs a CUDA GPU: {err}") from None
     os.environ.setdefault("KVIKIO_NTHREADS", str(args.threads))
     import cupy as cp
     try:
