@@ -32,8 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
-from solvers.duhl.compiled_parts import (_block_gaps, _clock, _now, _pairwise, _proven, _row, _select, _step,
-                                         _swap_in)
+from solvers.duhl.compiled_parts import (_block_gaps, _clock, _now, _pairwise, _proven, _round_pass, _row, _select,
+                                         _step, _swap_in)
 from solvers.duhl.gap_select import _next_block
 from solvers.duhl.gap_memory import MARGIN, ROUNDING
 from solvers.duhl.inmemory import _epoch, _gaps
@@ -197,24 +197,13 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
                 n_in += resident[chosen[j]]
             held = n_in == k and k == m
         t = _lap(clock, 0, t, timed)
-        # one pass in coordinate order (as the resident set visits them; branch-free: which
-        # coordinates are in the block or stale is unpredictable): the stale gaps (not in the
-        # last round's block, not proven; listed by the last round's proofs when they ran),
-        # the block, those that join it (their data copied in by the swap), the resident mask
+        # the stale gaps (not in the last round's block, not proven; listed by the last round's
+        # proofs when they ran), the block, those that join it, the resident mask (_round_pass)
         n_joined, moved = 0, 0
         if not held:
-            m = 0
-            for i in range(n):
-                r, kept = resident[i], keep[i]
-                stale[n_stale] = i
-                n_stale += not (r | proven[i] | stale_ready)  # | : no branch
-                block[m] = i
-                m += kept
-                new = kept & (not r)
-                joined[n_joined] = i
-                n_joined += new
-                moved += coord_bytes[i] if new else 0
-                resident[i] = kept
+            m, n_joined, moved, n_listed = _round_pass(keep, resident, proven, coord_bytes, block, joined, stale,
+                                                       not stale_ready)
+            n_stale = n_stale if stale_ready else n_listed
         elif not stale_ready:
             for i in range(n):
                 stale[n_stale] = i
@@ -235,8 +224,9 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
         n_gap = 0  # the block's rows, and those with a gap above the cut
         for j in range(m):
             i = block[j]
-            positions[j] = pos[i]
-            visit[n_gap] = pos[i]
+            if not held:  # else as they were
+                positions[j] = pos[i]
+            visit[n_gap] = positions[j]
             n_gap += gaps[i] > cut
         use_gap = shrinking and 0 < n_gap < k  # a working set inside the block
         n_active = n_gap if use_gap else m
