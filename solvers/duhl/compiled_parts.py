@@ -189,6 +189,30 @@ def _select(policy, gaps, resident, coord_bytes, budget, rng, cursor, chosen, or
 
 
 @njit(nogil=True, cache=True)
+def _round_pass(keep, resident, proven, coord_bytes, block, joined, stale, list_stale):
+    """The compiled swap loop's pass over the coordinates when its block changed, in coordinate
+    order (as the resident set visits them; branch-free: which coordinates are in the block or
+    stale is unpredictable): the block into ``block``, those that join it into ``joined`` (their
+    data copied in by the swap), ``resident`` set to ``keep``, and with ``list_stale`` the stale
+    gaps (not resident before, not proven) into ``stale`` (a third list: ~1 ns a coordinate).
+    Returns (the block's size, how many join, their bytes, how many stale)."""
+    m, n_joined, moved, n_stale = 0, 0, 0, 0
+    for i in range(keep.shape[0]):
+        r, kept = resident[i], keep[i]
+        if list_stale:  # the same branch every time: predicted
+            stale[n_stale] = i
+            n_stale += not (r | proven[i])  # | : no branch
+        block[m] = i
+        m += kept
+        new = kept & (not r)
+        joined[n_joined] = i
+        n_joined += new
+        moved += coord_bytes[i] if new else 0
+        resident[i] = kept
+    return m, n_joined, moved, n_stale
+
+
+@njit(nogil=True, cache=True)
 def _row(history, iterates, counters, a, primal, dual, gap, rnd, n_resident):
     """A certified row for the state a: (time, updates, P_form, D_form, gap, round, bytes,
     swaps, n_resident); a copy of a when the caller keeps iterates."""

@@ -32,8 +32,9 @@ from pathlib import Path
 
 import numpy as np
 
-from solvers.duhl.compiled_parts import (_block_gaps, _clock, _now, _pairwise, _proven, _row, _select, _step,
-                                         _swap_in)
+from solvers.duhl.compiled_parts import (_block_gaps, _clock, _now, _pairwise, _proven, _round_pass, _row, _select,
+                                         _step, _swap_in)
+from solvers.duhl.gap_select import _next_block
 from solvers.duhl.gap_memory import MARGIN, ROUNDING
 from solvers.duhl.inmemory import _epoch, _gaps
 from solvers.duhl.swaps import MAX_PASSES_PER_ROUND, _child, round_epochs
@@ -156,7 +157,7 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
     joined = np.empty(n, dtype=np.int64)
     visit = np.empty(n, dtype=np.int64)
     order = np.empty(n, dtype=np.int64)
-    stale = np.empty(n, dtype=np.int64)
+    stale = np.empty(n + 1, dtype=np.int64)  # + 1: the round's pass writes one past a list the proofs made
     positions = np.empty(row_coord.shape[0], dtype=np.int64)
     block = np.empty(n + 1, dtype=np.int64)  # + 1: the pass below writes one past the block
     out_g = np.empty(n)
@@ -167,6 +168,7 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
     norms, mu_abs, path, at, proven, z_old = proof_arrays
     shift_old = 0.0
     m = -1  # the block's size (block[:m]); -1: not listed in this call yet
+    n_stale, stale_ready = 0, False  # stale[:n_stale] listed for the round ahead (by the proofs)
     t_start = _clock(timed) if timed else 0.0
     if counters[8] == 2.0:  # row 0: every gap at the start state
         primal, dual, gap = _certify(A, np.arange(n), a, z, off, mu, c, b, theta, tight, l1, carry_dual, gaps, s,
@@ -178,42 +180,41 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
             return _lap_total(clock, 1, t_start, timed)
     while True:
         t = _clock(timed) if timed else 0.0
-        k = _select(policy, gaps, resident, coord_bytes, budget, child, int(counters[6]), chosen, order, keys)
+        # the block as the mask ``keep`` or the list ``chosen``; ``held``: the block that stayed
+        # (block[:m], the resident mask, the buffers as they were: most rounds of w8a's dual SVM)
+        held, listed, n_stale = False, True, n_stale if stale_ready else 0
+        if policy == 0:
+            k, held, listed = _next_block(gaps, resident, coord_bytes, budget, keep, m, chosen, keys, order)
+        else:
+            k = _select(policy, gaps, resident, coord_bytes, budget, child, int(counters[6]), chosen, order, keys)
         if policy == 1:
             counters[6] = (counters[6] + k) % n
-        # the swap: coordinates not in the block join it (their data copied in); branch-free
-        # loops here and below (which coordinates are in the block or stale is unpredictable)
-        keep[:] = False
-        n_joined, moved = 0, 0
-        for j in range(k):
-            i = chosen[j]
-            keep[i] = True
-            joined[n_joined] = i
-            new = not resident[i]
-            n_joined += new
-            moved += coord_bytes[i] if new else 0
-        counters[2] += n_joined
-        counters[3] += moved
+        if listed:
+            keep[:] = False
+            n_in = 0
+            for j in range(k):
+                keep[chosen[j]] = True
+                n_in += resident[chosen[j]]
+            held = n_in == k and k == m
         t = _lap(clock, 0, t, timed)
-        _swap_in(A, B, row_coord, pos, keep, joined, n_joined)
-        t = _lap(clock, 1, t, timed)
-        # one pass in coordinate order (as the resident set visits them): the stale gaps (not in
-        # the last round's block), the block; a block that stayed (none joined, as many: most
-        # rounds of w8a's dual SVM) and the resident mask are as they were
-        n_stale = 0
-        if n_joined == 0 and k == m:
+        # the stale gaps (not in the last round's block, not proven; listed by the last round's
+        # proofs when they ran), the block, those that join it, the resident mask (_round_pass)
+        n_joined, moved = 0, 0
+        if not held:
+            m, n_joined, moved, n_listed = _round_pass(keep, resident, proven, coord_bytes, block, joined, stale,
+                                                       not stale_ready)
+            n_stale = n_stale if stale_ready else n_listed
+        elif not stale_ready:
             for i in range(n):
                 stale[n_stale] = i
                 n_stale += not (resident[i] | proven[i])
-        else:
-            m = 0
-            for i in range(n):
-                stale[n_stale] = i
-                n_stale += not (resident[i] | proven[i])  # | : no branch
-                block[m] = i
-                m += keep[i]
-                resident[i] = keep[i]
-        if proving and counters[8] == 0.0:  # the stale gaps are refreshed below, at the dual path's length now
+        counters[2] += n_joined
+        counters[3] += moved
+        t = _lap(clock, 5, t, timed)
+        if not held:
+            _swap_in(A, B, row_coord, pos, keep, joined, n_joined)
+        t = _lap(clock, 1, t, timed)
+        if proving and counters[8] == 0.0 and not stale_ready:  # refreshed below, at the dual path's length now
             for j in range(n_stale):
                 at[stale[j], 0], at[stale[j], 1] = path[0], path[1]
         block_gap = 0.0
@@ -223,8 +224,9 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
         n_gap = 0  # the block's rows, and those with a gap above the cut
         for j in range(m):
             i = block[j]
-            positions[j] = pos[i]
-            visit[n_gap] = pos[i]
+            if not held:  # else as they were
+                positions[j] = pos[i]
+            visit[n_gap] = positions[j]
             n_gap += gaps[i] > cut
         use_gap = shrinking and 0 < n_gap < k  # a working set inside the block
         n_active = n_gap if use_gap else m
@@ -254,8 +256,9 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
             gaps[block[j]] = out_g[j]
             s[block[j]] = out_s[j]
         counters[8] = 0.0
-        if proving:  # how far u moved; the gaps outside the block it proves 0 (GapMemory.moved)
-            u_norm = _step(z_old, z, shift_old, c * off[0] * z.shape[0], centred, path)
+        if proving:  # how far u moved; the gaps outside the block it proves 0 (GapMemory.moved); the
+            u_norm = _step(z_old, z, shift_old, c * off[0] * z.shape[0], centred, path)  # others: next round's stale
+            n_stale = 0
             for i in range(n):
                 if keep[i]:
                     at[i, 0], at[i, 1] = path[0], path[1]
@@ -265,6 +268,11 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
                                         ROUNDING)
                     if proven[i]:
                         gaps[i] = 0.0
+                    else:  # refreshed next round at the path's length now (the next change is after that)
+                        at[i, 0], at[i, 1] = path[0], path[1]
+                        stale[n_stale] = i
+                        n_stale += 1
+            stale_ready = True
         t = _lap(clock, 4, t, timed)
         if counters[0] >= max_updates:
             return _lap_total(clock, 2, t_start, timed)

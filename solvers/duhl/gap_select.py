@@ -7,13 +7,16 @@ an unsigned key in the same order, histograms of bytes by the keys' bits find wh
 runs out (levels of at most MAX_BITS bits, fewer for fewer candidates: a histogram costs its
 size), down to FEW candidates (sorted) or to equal gaps. Before that, one pass checks whether
 the block the coordinates hold already is that prefix (_same_block; often so on the dual SVM,
-whose gaps are mostly zeros).
+whose gaps are mostly zeros), and when not, two or three passes that vectorize find the prefix
+if it ends among the gaps equal to the residents' lowest (_edge_mask: the dual SVM's zeros,
+when a few gaps grew; ~40 us where the bits took ~110 on w8a[20000] at memory_budget 0.25).
 """
 
 import numpy as np
 from numba import njit
 
 MAX_BITS, FEW = 12, 32
+CHUNK = 256  # coordinates a sum of _tie_cut's covers before it looks inside
 
 
 @njit(nogil=True, cache=True)
@@ -47,13 +50,10 @@ def _bit_length(x):
 
 
 @njit(nogil=True, cache=True)
-def _same_block(gaps, resident, coord_bytes, budget, chosen):
-    """Whether the resident coordinates are the block already (then in ``chosen``: their count
-    returned, else -1): each resident's gap at least each other's (on a tie the resident comes
-    first), their bytes within ``budget``, and the first of the others in the order (largest
-    gap, lowest index) not fitting in what is left. A branch-free pass that vectorizes (~0.5 ns
-    a coordinate; tracking that first one, or listing the residents, in it: 5x), a scan for the
-    first one, then the list."""
+def _resident_keys(gaps, resident, coord_bytes):
+    """One branch-free pass that vectorizes (~0.5 ns a coordinate; tracking more in it, or
+    listing, costs 5x): the residents' lowest key (all ones: none), the others' highest (0:
+    none), the residents' bytes."""
     n = gaps.shape[0]
     bits = gaps.view(np.uint64)
     none = ~np.uint64(0)
@@ -64,18 +64,130 @@ def _same_block(gaps, resident, coord_bytes, budget, chosen):
         low_in = min(low_in, u if r else none)
         high_out = max(high_out, np.uint64(0) if r else u)
         used += coord_bytes[i] * np.int64(r)
+    return low_in, high_out, used
+
+
+@njit(nogil=True, cache=True)
+def _holds(gaps, resident, coord_bytes, budget, low_in, high_out, used):
+    """Whether the resident coordinates are the block (by _resident_keys' numbers): each
+    resident's gap at least each other's (on a tie the resident comes first), their bytes
+    within ``budget``, and the first of the others in the order (largest gap, lowest index)
+    not fitting in what is left (a scan to it)."""
     if low_in < high_out or used > budget:
-        return -1
-    for i in range(n):
+        return False
+    bits = gaps.view(np.uint64)
+    for i in range(gaps.shape[0]):
         if not resident[i] and _key(bits[i], gaps[i]) == high_out:
-            if coord_bytes[i] <= budget - used:
+            return coord_bytes[i] > budget - used
+    return True
+
+
+@njit(nogil=True, cache=True)
+def _list(mask, chosen):
+    """The coordinates of ``mask`` into ``chosen``, their count."""
+    k = 0
+    for i in range(mask.shape[0]):
+        chosen[k] = i
+        k += mask[i]
+    return k
+
+
+@njit(nogil=True, cache=True)
+def _same_block(gaps, resident, coord_bytes, budget, chosen):
+    """Whether the resident coordinates are the block already (then in ``chosen``: their count
+    returned, else -1); see _holds."""
+    low_in, high_out, used = _resident_keys(gaps, resident, coord_bytes)
+    if not _holds(gaps, resident, coord_bytes, budget, low_in, high_out, used):
+        return -1
+    return _list(resident, chosen)
+
+
+@njit(nogil=True, cache=True)
+def _tie_bytes(gaps, resident, coord_bytes, edge, on_resident):
+    """The bytes of the coordinates with key ``edge``, resident ones or the others (vectorizes)."""
+    bits = gaps.view(np.uint64)
+    total = 0
+    for i in range(gaps.shape[0]):
+        total += coord_bytes[i] * np.int64((_key(bits[i], gaps[i]) == edge) & (resident[i] == on_resident))
+    return total
+
+
+@njit(nogil=True, cache=True)
+def _tie_cut(gaps, resident, coord_bytes, edge, on_resident, room):
+    """The index of the first coordinate with key ``edge`` (resident ones, or the others) whose
+    bytes, after those of the same kind before it, pass ``room``; the number of coordinates
+    when none does. By chunks whose sums vectorize (as slices: indexing from the chunk's start
+    does not: 12x), then a scan of the chunk where it is."""
+    n = gaps.shape[0]
+    used = 0
+    for lo in range(0, n, CHUNK):
+        hi = min(lo + CHUNK, n)
+        part = _tie_bytes(gaps[lo:hi], resident[lo:hi], coord_bytes[lo:hi], edge, on_resident)
+        if used + part > room:
+            bits = gaps.view(np.uint64)
+            for i in range(lo, hi):
+                if _key(bits[i], gaps[i]) == edge and resident[i] == on_resident:
+                    used += coord_bytes[i]
+                    if used > room:
+                        return i
+        used += part
+    return n
+
+
+@njit(nogil=True, cache=True)
+def _edge_mask(gaps, resident, coord_bytes, budget, edge, keep):
+    """The block as the mask ``keep`` when the order's prefix ends among the gaps of key ``edge``
+    (the last block's lowest: on the dual SVM, the zeros, often from round to round), its size;
+    -1 (``keep`` untouched) when it ends elsewhere. One pass that vectorizes sums the bytes
+    above the edge and of the ties (resident and not); the ties join resident first, then by
+    index, up to the first that does not fit (_tie_cut); one more pass that vectorizes writes
+    the mask (no list: the compiled loop's one pass over the coordinates lists it)."""
+    n = gaps.shape[0]
+    bits = gaps.view(np.uint64)
+    above, tie_in, tie_out, below = 0, 0, 0, np.uint64(0)  # below: 1 + the highest key under the edge, 0: none
+    for i in range(n):
+        u = _key(bits[i], gaps[i])
+        b = coord_bytes[i]
+        r = np.int64(resident[i])
+        tie = np.int64(u == edge)
+        above += b * np.int64(u > edge)
+        tie_in += b * tie * r
+        tie_out += b * tie * (1 - r)
+        below = max(below, u + np.uint64(1) if u < edge else np.uint64(0))
+    if above > budget:
+        return -1
+    room = budget - above
+    if tie_in > room:  # the prefix ends among the resident ties
+        cut_in, cut_out = _tie_cut(gaps, resident, coord_bytes, edge, True, room), 0
+    elif tie_in + tie_out > room:  # among the others
+        cut_in, cut_out = n, _tie_cut(gaps, resident, coord_bytes, edge, False, room - tie_in)
+    else:  # every tie fits: the block ends here when the next in the order (the first of the
+        cut_in, cut_out = n, n  # highest key under the edge, resident first) does not fit
+        if below > 0:
+            nxt, room = below - np.uint64(1), room - tie_in - tie_out
+            first_in, first_out = -1, -1
+            for i in range(n):
+                if _key(bits[i], gaps[i]) == nxt:
+                    if resident[i]:
+                        first_in = i
+                        break
+                    first_out = i if first_out < 0 else first_out
+            if coord_bytes[first_in if first_in >= 0 else first_out] <= room:
                 return -1
-            break
     k = 0
     for i in range(n):
-        chosen[k] = i
-        k += resident[i]
+        u = _key(bits[i], gaps[i])
+        inside = (u > edge) | ((u == edge) & (i < (cut_in if resident[i] else cut_out)))
+        keep[i] = inside
+        k += inside
     return k
+
+
+@njit(nogil=True, cache=True)
+def _edge_block(gaps, resident, coord_bytes, budget, edge, chosen, scratch):
+    """_edge_mask's block listed into ``chosen`` (``scratch``: n booleans), its size or -1."""
+    k = _edge_mask(gaps, resident, coord_bytes, budget, edge, scratch)
+    return _list(scratch, chosen) if k >= 0 else k
 
 
 @njit(nogil=True, cache=True)
@@ -100,9 +212,45 @@ def _gap_block(gaps, resident, coord_bytes, budget, chosen, keys, cand):
     bucket's coordinates (``cand``) go on to the next bits, down to a few (sorted) or to equal
     gaps (taken resident first, by index). O(n): a sorted prefix was 1.4 ms of a 5.8 ms round
     on w8a[20000]'s dual logistic (~8,000 distinct gaps), this ~0.1 ms."""
-    k = _same_block(gaps, resident, coord_bytes, budget, chosen)
-    if k >= 0:
-        return k
+    low_in, high_out, used = _resident_keys(gaps, resident, coord_bytes)
+    if _holds(gaps, resident, coord_bytes, budget, low_in, high_out, used):
+        return _list(resident, chosen)
+    return _new_block(gaps, resident, coord_bytes, budget, chosen, keys, cand, low_in)
+
+
+@njit(nogil=True, cache=True)
+def _new_block(gaps, resident, coord_bytes, budget, chosen, keys, cand, low_in):
+    """The block when the resident coordinates are not it (``low_in``: their lowest key, all
+    ones when none): first where the last block ended (_edge_block), else by the bits."""
+    if low_in != ~np.uint64(0):
+        k = _edge_block(gaps, resident, coord_bytes, budget, low_in, chosen, keys.view(np.bool_)[:gaps.shape[0]])
+        if k >= 0:
+            return k
+    return _radix_block(gaps, resident, coord_bytes, budget, chosen, keys, cand)
+
+
+@njit(nogil=True, cache=True)
+def _next_block(gaps, resident, coord_bytes, budget, keep, m, chosen, keys, cand):
+    """The compiled swap loop's gap block (solvers.duhl.compiled_swaps): (k, held, listed). The
+    resident block again (held when the loop lists it already, ``m`` >= 0, and ``keep`` is the
+    resident mask; else ``keep`` set to it), the block where it ended (in ``keep``), or in
+    ``chosen[:k]`` by the bits (listed)."""
+    low_in, high_out, used = _resident_keys(gaps, resident, coord_bytes)
+    if _holds(gaps, resident, coord_bytes, budget, low_in, high_out, used):
+        if m >= 0:
+            return m, True, False
+        keep[:] = resident
+        return _list(resident, chosen), False, False
+    if low_in != ~np.uint64(0):
+        k = _edge_mask(gaps, resident, coord_bytes, budget, low_in, keep)
+        if k >= 0:
+            return k, False, False
+    return _radix_block(gaps, resident, coord_bytes, budget, chosen, keys, cand), False, True
+
+
+@njit(nogil=True, cache=True)
+def _radix_block(gaps, resident, coord_bytes, budget, chosen, keys, cand):
+    """The block by the keys' bits (see _gap_block)."""
     n = gaps.shape[0]
     bits = gaps.view(np.uint64)
     low, high = ~np.uint64(0), np.uint64(0)

@@ -4,7 +4,7 @@ hold is kept exactly when np.lexsort's prefix would choose it again."""
 import numpy as np
 import pytest
 
-from solvers.duhl.gap_select import _gap_block, _same_block
+from solvers.duhl.gap_select import _edge_block, _gap_block, _resident_keys, _same_block
 
 
 def _prefix(gaps, resident, coord_bytes, budget):
@@ -42,3 +42,43 @@ def test_the_block_is_kept_exactly_when_the_lexsort_prefix_keeps_it(n):
         k = _gap_block(gaps, resident, coord_bytes, budget, chosen, np.empty(n, np.uint64), np.empty(n, np.int64))
         np.testing.assert_array_equal(np.sort(chosen[:k]), expected)
     assert kept >= 8  # the shortcut was taken
+
+
+@pytest.mark.parametrize("n", [1, 40, 700, 5000])
+def test_the_block_ending_at_a_given_gap_is_the_lexsort_prefix(n):
+    """_edge_block answers exactly when the lexsort prefix ends among the gaps equal to the given
+    one (every larger gap in it, no smaller), with that prefix: the last block's lowest gap (the
+    dual SVM's zeros, some gaps grown since), or any coordinate's; ends among the resident ties,
+    among the others, after all of them (the next one not fitting, or nothing below)."""
+    answered = set()
+    for trial in range(60):
+        rng = np.random.default_rng(trial)
+        gaps = np.where(rng.random(n) < 0.8, 0.0, rng.random(n)) if trial % 3 else np.round(rng.random(n), 1)
+        gaps[rng.random(n) < 0.03] = -0.0
+        if trial % 4 == 3:
+            gaps[rng.random(n) < 0.05] = np.nan
+        coord_bytes = rng.integers(0 if trial % 5 == 0 else 1, 100, n)
+        budget = int(coord_bytes.sum() * rng.uniform(0.0, 1.05))
+        resident = np.zeros(n, dtype=bool)
+        resident[_prefix(gaps, rng.random(n) < 0.3, coord_bytes, budget)] = True
+        grow = rng.random(n) < 0.002 * (trial % 4)
+        gaps = np.where(grow, rng.random(n), gaps)
+        edge_at = rng.integers(n) if trial % 2 or not resident.any() else np.flatnonzero(resident)[0]
+        edge = gaps[edge_at]
+        expected = _prefix(gaps, resident, coord_bytes, budget)
+        nan, edge_nan = np.isnan(gaps), np.isnan(edge)
+        above = ~nan if edge_nan else gaps > edge
+        below = np.zeros(n, bool) if edge_nan else (gaps < edge) | nan
+        inside = np.zeros(n, dtype=bool)
+        inside[expected] = True
+        ends_there = inside[above].all() and not inside[below].any()
+        chosen = np.empty(n, dtype=np.int64)
+        edge_key = np.uint64(_resident_keys(gaps[edge_at:edge_at + 1], np.ones(1, bool), coord_bytes[:1])[0])
+        k = _edge_block(gaps, resident, coord_bytes, budget, edge_key, chosen, np.empty(n, bool))
+        assert (k >= 0) == ends_there, trial
+        if k >= 0:
+            np.testing.assert_array_equal(np.sort(chosen[:k]), expected)
+            ties = (nan if edge_nan else gaps == edge)
+            last = inside[ties & resident].all(), inside[ties & ~resident].all()
+            answered.add(last)
+    assert len(answered) >= 3 if n > 1 else answered  # cut among resident ties, among the others, after all
