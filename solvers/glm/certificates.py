@@ -34,7 +34,9 @@ def tight_lasso(theta) -> bool:
     return isinstance(theta, ElasticNetTheta) and theta.l2 == 0.0 and theta.l1 > 0.0
 
 
-@njit(cache=True, nogil=True)
+# reassociated: vectorised sums (5x faster; a round's certificate on diabetes at memory_budget
+# 0.25 spent a sixth of the round here), in one order wherever it is compiled in
+@njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
 def residual_stats(z, shift, b):
     """(||u||^2, <u, b>) for u = z - shift."""
     q = 0.0
