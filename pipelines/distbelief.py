@@ -37,7 +37,7 @@ from pipelines.config import check_config
 from pipelines.deploy import arm_on, cluster_and_data
 from pipelines.tracking import PROJECT_ROOT, SWEEP_PARENT_ENV, arm_run_name, config_params, flatten, shown_uri
 from solvers.distbelief.models import make_model
-from tasks.cluster import validate_cluster_config
+from tasks.cluster import restore_workers, validate_cluster_config
 from tasks.data import cache_key, load_dataset, resolve_path, validate_data_config
 from tasks.distbelief.common import build_model, data_spec, live_workers
 from tasks.distbelief.downpour import run_downpour
@@ -244,7 +244,7 @@ def run(cfg: DictConfig, p: Dict[str, Any], tracker: Any, tags: Dict[str, str], 
                     failures[name] = len(result.failures)
                     extras[name].update(failures=list(result.failures), killed=killed, counters=result.counters)
                     if killed:  # the next arm starts with every worker back (the nanny restarts it)
-                        client.wait_for_workers(n_workers, timeout=60)
+                        restore_workers(client, n_workers, timeout_s=60)  # (or a fresh one if it is not)
                     metrics = {**loss[name].run_metrics(), "final_test_accuracy": accuracy[name].final,
                                "failures": failures[name]}
                     if accuracy[name].reached:

@@ -295,19 +295,41 @@ def connect(cluster_cfg: Any) -> Iterator[Optional[Any]]:
         return
     from dask.distributed import Client
 
-    cluster = STARTERS[c.name](c) if c.name in STARTERS else None
-    try:
-        client = Client(cluster, timeout=c.timeout_s) if cluster is not None else _join(c)
+    with _restart_patience(c):
+        cluster = STARTERS[c.name](c) if c.name in STARTERS else None
         try:
-            wanted = n_expected_workers(c)
-            if wanted:
-                client.wait_for_workers(wanted, timeout=c.timeout_s)
-            yield client
+            client = Client(cluster, timeout=c.timeout_s) if cluster is not None else _join(c)
+            try:
+                wanted = n_expected_workers(c)
+                if wanted:
+                    client.wait_for_workers(wanted, timeout=c.timeout_s)
+                yield client
+            finally:
+                _close(client, c)
         finally:
-            _close(client, c)
-    finally:
-        if cluster is not None:
-            _close(cluster, c)
+            if cluster is not None:
+                _close(cluster, c)
+
+
+def _restart_patience(c: Any):
+    """Dask closes a nanny whose dead worker is not back within lost-worker-timeout (15 s): restarts get timeout_s."""
+    import dask
+    now = dask.utils.parse_timedelta(dask.config.get("distributed.deploy.lost-worker-timeout"))
+    return dask.config.set({"distributed.deploy.lost-worker-timeout": f"{max(now, c.timeout_s)}s"})
+
+
+def restore_workers(client: Any, n: int, timeout_s: float, patience_s: Optional[float] = None) -> None:
+    """Wait for ``n`` running workers; those not back after ``patience_s`` (default ``timeout_s``; a restart
+    that never ends: dask/distributed#7312) are replaced by fresh ones, on a cluster this process started."""
+    try:
+        return client.wait_for_workers(n, timeout=timeout_s if patience_s is None else patience_s)
+    except TimeoutError:
+        if not hasattr(getattr(client, "cluster", None), "worker_spec"):  # not ours to scale (remote)
+            raise
+    running = {w.get("name") for w in client.scheduler_info(n_workers=-1)["workers"].values()}
+    client.cluster.scale(len([s for s in client.cluster.worker_spec if s in running]))  # drop the missing
+    client.cluster.scale(n)
+    client.wait_for_workers(n, timeout=timeout_s)
 
 
 def _close(thing: Any, c: Any) -> None:

@@ -57,7 +57,7 @@ def _local_cluster():
 def dask_client():
     """One LocalCluster of 2 worker processes (1 thread each) for the session, through the
     project's own start-up (tasks.cluster.connect). A test may kill a worker (its nanny
-    restarts it: the fixture waits for both before the next test); a module that takes
+    restarts it: the fixture brings both back before the next test); a module that takes
     workers away for good uses ``disposable_dask_client``."""
     with _local_cluster() as client:
         yield client
@@ -65,9 +65,14 @@ def dask_client():
 
 @pytest.fixture(autouse=True)
 def _both_workers_back(request):
+    """After a test on the shared cluster, both workers run again: a killed worker's nanny
+    restarts it, and one that is not back within 60 s (a restart that never ends, as in
+    dask/distributed#7312) is replaced, so that one lost worker fails no later test."""
     yield
     if "dask_client" in request.fixturenames:
-        request.getfixturevalue("dask_client").wait_for_workers(2, timeout=120)
+        from tasks.cluster import restore_workers
+
+        restore_workers(request.getfixturevalue("dask_client"), 2, timeout_s=60)
 
 
 @pytest.fixture(scope="module")

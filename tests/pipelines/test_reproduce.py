@@ -22,10 +22,14 @@ TINY_RUNS = {
     "cocoa": ["experiment=cocoa", *SIZES, "experiment.target_rel_gap=1e-4", "experiment.max_time=2", "cluster=none"],
     "cocoa_svm": ["experiment=cocoa_svm", "data=synthetic_dense", "data.n_samples=200", "data.n_features=20",
                   "data.n_informative=5", "experiment.max_time=2", "cluster=none"],
-    "distbelief": ["experiment=distbelief", "data.n_samples=400", "experiment.max_time=1.5", "model.hidden=4",
+    # rates tuned for two settings (downpour_fixed; downpour_adagrad, whose tuning adagrad_killed shares),
+    # fixed for the other Downpour arms: 4 tuning runs, not 10
+    "distbelief": ["experiment=distbelief", "data.n_samples=400", "experiment.max_time=1", "model.hidden=4",
                    "experiment.distbelief.eval_every_s=0.2", "experiment.distbelief.n_eval=200",
                    "experiment.distbelief.warmup_steps=5", "experiment.distbelief.lr_grid=[0.3,1.0]",
-                   "experiment.distbelief.tune_samples=640", "experiment.arms.adagrad_killed.kill_worker_after_s=0.3",
+                   "experiment.distbelief.tune_samples=640", "+experiment.arms.sgd_1.lr=1.0",
+                   "+experiment.arms.adagrad_1.lr=0.3", "+experiment.arms.adagrad_4.lr=0.3",
+                   "experiment.arms.adagrad_killed.kill_worker_after_s=0.3",
                    "experiment.arms.adagrad_killed.max_time=1.5", "experiment.arms.sandblaster_lbfgs.max_time=1.5",
                    "cluster.memory_limit=0"],
 }
@@ -74,8 +78,11 @@ def test_every_claim_is_measured_and_linked_to_its_run(store, data_cache, tmp_pa
     assert text.count("\n| ") == len(CLAIMS) + 2  # the header, its rule, a line per claim
     killed = result["results"]["distbelief"].extras["adagrad_killed"]
     assert killed["killed"], "the killed-worker arm killed nothing"
-    tuned = result["results"]["distbelief"].extras["downpour_fixed"]
+    extras = result["results"]["distbelief"].extras
+    tuned = extras["downpour_fixed"]
     assert tuned["lr"] in (0.3, 1.0) and set(tuned["lr_losses"]) == {0.3, 1.0}
+    assert extras["adagrad_killed"]["lr_losses"] == extras["downpour_adagrad"]["lr_losses"]  # one tuning, shared
+    assert "lr_losses" not in extras["sgd_1"]  # an arm that fixes its rate is not tuned
 
 
 def test_a_failed_run_leaves_its_claims_not_measured_and_the_reproduce_run_failed(store, data_cache, tmp_path):

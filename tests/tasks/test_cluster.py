@@ -1,16 +1,22 @@
 """tasks.cluster: a LocalCluster listens on loopback only (checked with psutil, the
 oracle of what the kernel has open), TLS settings of cluster=remote are checked before
 anything starts, the SLURM job script renders without SLURM, a lost scheduler is one
-ClusterLost line."""
+ClusterLost line, a worker whose nanny the cluster gave up on is replaced."""
 
 import math
+import os
+import signal
+import time
 from pathlib import Path
 
+import dask
+import distributed  # noqa: F401 (its config defaults)
 import psutil
 import pytest
+from dask.utils import parse_timedelta
 
-from tasks.cluster import (ClusterLost, cluster_lost_as_error, connect, describe, job_script, security,
-                           validate_cluster_config)
+from tasks.cluster import (ClusterLost, cluster_lost_as_error, connect, describe, job_script, restore_workers,
+                           security, validate_cluster_config)
 
 LOOPBACK = ("127.0.0.1", "::1")
 
@@ -32,10 +38,14 @@ def listening(pids):
 def test_local_cluster_listens_on_loopback_only_and_says_where():
     me = psutil.Process()
     before = set(listening([me.pid]))
+    patience_before = parse_timedelta(dask.config.get("distributed.deploy.lost-worker-timeout"))
     with connect({"name": "local", "n_workers": 2, "memory_limit": 0, "timeout_s": 60}) as client:
         pids = [me.pid] + [p.pid for p in me.children(recursive=True)]
         opened = [s for s in listening(pids) if s not in before]
         info = describe(client)
+        patience = dask.config.get("distributed.deploy.lost-worker-timeout")  # a nanny's restart gets timeout_s
+    assert parse_timedelta(patience) == max(60, patience_before)  # and as it was after
+    assert parse_timedelta(dask.config.get("distributed.deploy.lost-worker-timeout")) == patience_before
     # scheduler, its HTTP server, 2 nannies, 2 workers (each with an HTTP server)
     assert len(opened) >= 6, opened
     assert [s for s in opened if s[0] not in LOOPBACK] == []
@@ -43,6 +53,27 @@ def test_local_cluster_listens_on_loopback_only_and_says_where():
     assert all(w.startswith("tcp://127.0.0.1:") for w in info["workers"])
     assert info["http"] and all(h.startswith("http://127.0.0.1:") for h in info["http"])
     assert {int(h.rsplit(":", 1)[1]) for h in info["http"]} <= {port for _, port in opened}
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(120)
+def test_a_worker_whose_nanny_the_cluster_gave_up_on_is_replaced(dask_client):
+    """CI's flake made certain: a worker killed while Dask's lost-worker-timeout is shorter than its
+    nanny's restart (15 s by default; a loaded machine) has its nanny closed by the cluster: it never
+    comes back. restore_workers starts a fresh one (the scheduler counts the workers that run)."""
+    client = dask_client
+    victim, info = sorted(client.scheduler_info(n_workers=-1)["workers"].items())[0]
+    with dask.config.set({"distributed.deploy.lost-worker-timeout": "0s"}):
+        os.kill(client.run(os.getpid, workers=[victim])[victim], signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while info["name"] in client.cluster.workers:  # the cluster closes the restarting nanny
+            assert time.monotonic() < deadline, "the cluster kept the nanny"
+            time.sleep(0.05)
+    with pytest.raises(TimeoutError):
+        client.wait_for_workers(2, timeout=0.2)
+    restore_workers(client, 2, timeout_s=60, patience_s=0.2)
+    running = client.scheduler_info(n_workers=-1)["workers"]
+    assert [w["status"] for w in running.values()] == ["running", "running"] and victim not in running
 
 
 def test_a_dashboard_port_alone_binds_the_configured_host():
