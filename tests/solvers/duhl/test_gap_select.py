@@ -12,6 +12,21 @@ def _prefix(gaps, resident, coord_bytes, budget):
     return np.sort(order[: int(np.searchsorted(np.cumsum(coord_bytes[order]), budget, side="right"))])
 
 
+def _random_case(n, trial, zeros, nans):
+    """Gaps (mostly zeros, or rounded to a tenth: ties; some -0.0 and NaN), bytes (some 0), a
+    budget, and the lexsort prefix of these gaps as the resident set."""
+    rng = np.random.default_rng(trial)
+    gaps = np.where(rng.random(n) < zeros, 0.0, rng.random(n)) if trial % 3 else np.round(rng.random(n), 1)
+    gaps[rng.random(n) < 0.03] = -0.0
+    if trial % 4 == 3:
+        gaps[rng.random(n) < nans] = np.nan
+    coord_bytes = rng.integers(0 if trial % 5 == 0 else 1, 100, n)
+    budget = int(coord_bytes.sum() * rng.uniform(0.0, 1.05))
+    resident = np.zeros(n, dtype=bool)
+    resident[_prefix(gaps, rng.random(n) < 0.3, coord_bytes, budget)] = True
+    return rng, gaps, coord_bytes, budget, resident
+
+
 @pytest.mark.parametrize("n", [0, 1, 40, 5000, 20000])
 def test_the_block_is_kept_exactly_when_the_lexsort_prefix_keeps_it(n):
     """Mostly-zero gaps (the dual SVM's), few distinct values, NaN and -0.0; the resident set the
@@ -19,15 +34,7 @@ def test_the_block_is_kept_exactly_when_the_lexsort_prefix_keeps_it(n):
     coordinates: the shortcut answers exactly when the prefix is the resident set, with it."""
     kept = 0
     for trial in range(24):
-        rng = np.random.default_rng(trial)
-        gaps = np.where(rng.random(n) < 0.9, 0.0, rng.random(n)) if trial % 3 else np.round(rng.random(n), 1)
-        gaps[rng.random(n) < 0.03] = -0.0
-        if trial % 4 == 3:
-            gaps[rng.random(n) < 0.02] = np.nan
-        coord_bytes = rng.integers(0 if trial % 5 == 0 else 1, 100, n)
-        budget = int(coord_bytes.sum() * rng.uniform(0.0, 1.05))
-        resident = np.zeros(n, dtype=bool)
-        resident[_prefix(gaps, rng.random(n) < 0.3, coord_bytes, budget)] = True
+        rng, gaps, coord_bytes, budget, resident = _random_case(n, trial, zeros=0.9, nans=0.02)
         if trial % 6 == 1:
             gaps = gaps * np.where(rng.random(n) < 0.01, 3.0, 1.0)
         elif trial % 6 == 2:
@@ -52,15 +59,7 @@ def test_the_block_ending_at_a_given_gap_is_the_lexsort_prefix(n):
     among the others, after all of them (the next one not fitting, or nothing below)."""
     answered = set()
     for trial in range(60):
-        rng = np.random.default_rng(trial)
-        gaps = np.where(rng.random(n) < 0.8, 0.0, rng.random(n)) if trial % 3 else np.round(rng.random(n), 1)
-        gaps[rng.random(n) < 0.03] = -0.0
-        if trial % 4 == 3:
-            gaps[rng.random(n) < 0.05] = np.nan
-        coord_bytes = rng.integers(0 if trial % 5 == 0 else 1, 100, n)
-        budget = int(coord_bytes.sum() * rng.uniform(0.0, 1.05))
-        resident = np.zeros(n, dtype=bool)
-        resident[_prefix(gaps, rng.random(n) < 0.3, coord_bytes, budget)] = True
+        rng, gaps, coord_bytes, budget, resident = _random_case(n, trial, zeros=0.8, nans=0.05)
         grow = rng.random(n) < 0.002 * (trial % 4)
         gaps = np.where(grow, rng.random(n), gaps)
         edge_at = rng.integers(n) if trial % 2 or not resident.any() else np.flatnonzero(resident)[0]
