@@ -46,6 +46,10 @@ class ResidentSet:
     def bytes_h2d(self):
         return self.device.bytes_h2d
 
+    def close(self):
+        """Wait for the copies still in flight (a solve returns with none: no read lands in
+        its buffers, or on its byte counts, after it)."""
+
     def _positions(self, coords, row_coord):
         """Where ``coords`` sit in the block, in coordinate order; cached while the
         same array is passed."""
@@ -172,6 +176,11 @@ class DenseResidentSet(ResidentSet):
         """Wait for the disk reads into staging rows (before those rows are used or reused)."""
         for read in self._pending:
             read.result()
+        self._pending = []
+
+    def close(self):
+        for read in self._pending:  # waits; a failed read already failed the round that needed it, or no one
+            read.exception()
         self._pending = []
 
     def prefetch(self, coords):

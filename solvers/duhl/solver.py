@@ -286,7 +286,10 @@ class DuHL:
             rset = make_resident_set(problem, budget, self.device, prefetch=self._prefetch_share(problem),
                                       gap_kernel=self.gap_kernel, concurrency=self.concurrency)
             loop = solve_compiled_swaps if routes(self, problem, rset) else solve_with_swaps
-            status, rounds, counters = loop(self, problem, rset, a, z, off, rng, trace, t0, self._iterates)
+            try:
+                status, rounds, counters = loop(self, problem, rset, a, z, off, rng, trace, t0, self._iterates)
+            finally:
+                rset.close()
             bytes_h2d, hits, prefetched = rset.bytes_h2d, rset.prefetch_hits, rset.bytes_prefetched
             cuts = getattr(rset.device, "cuts", [])
             if cuts:

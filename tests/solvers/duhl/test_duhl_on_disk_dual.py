@@ -9,6 +9,8 @@ certified gap; /proc/self/io for the bytes read; mincore(2) for the page cache; 
 byte sizes.
 """
 
+import time
+
 import numpy as np
 import pytest
 
@@ -143,6 +145,20 @@ def test_bytes_are_counted_as_the_os_counts_them_and_the_ram_budget_holds(store,
     held = made[0].data.nbytes + on_disk.A.buffer().nbytes  # block (and its prefetch rows) + read buffer
     assert held <= budget, (made[0].data.nbytes, on_disk.A.buffer().nbytes, budget)
     assert resident_bytes(path) == 0  # nothing left in the page cache
+
+
+@pytest.mark.parametrize("model", ["hinge", "logistic"])
+def test_a_solve_returns_with_no_read_in_flight(store, model, monkeypatch):
+    """Reads slowed down so that the last round's read-ahead is still running when the loop ends:
+    the solve waits for it, so nothing is read (or counted) after it returns."""
+    real = DiskMatrix._read
+    monkeypatch.setattr(DiskMatrix, "_read", lambda self, q: time.sleep(0.002) or real(self, q))
+    on_disk, _, _ = problems(store, model)
+    r = DuHL(host_budget=0.25, tol=1e-6, random_state=0).solve(on_disk)
+    assert r.status == "converged" and r.trace["bytes_prefetched"].iloc[-1] > 0  # reads ahead happened
+    counted = on_disk.A.bytes_read
+    time.sleep(0.2)  # a read left running would land in here
+    assert on_disk.A.bytes_read == counted and on_disk.A.matrix._in_flight == 0
 
 
 def test_logistic_has_no_zero_gap_proof_and_still_certifies(store):
