@@ -31,6 +31,7 @@ import importlib
 import statistics
 import time
 import warnings
+from unittest import mock
 
 import numpy as np
 import scipy.sparse as sp
@@ -204,7 +205,10 @@ def _daskml(problem, X, y, knob, method):
     solve = getattr(algorithms, algo)
 
     def fit():
-        with dask.config.set(scheduler="synchronous"):   # one thread, like every other arm
+        # one thread, like every other arm; dask-glm would scatter its iterate to a distributed client
+        # that this process holds (a cluster arm's), where the synchronous scheduler cannot find it
+        with dask.config.set(scheduler="synchronous"), mock.patch.object(algorithms, "get_distributed_client",
+                                                                         lambda: None):
             return np.asarray(solve(Xd, yd, regularizer=reg, lamduh=lam, family=family,
                                     normalize=False, **kw))
     return fit

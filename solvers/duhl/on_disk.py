@@ -29,6 +29,7 @@ DEFAULT_BUFFER_BYTES = 64 << 20
 READ_THREADS = 16
 READ_REQUEST_BYTES = 2 << 20
 SMALL_COORD_BYTES = 128 << 10
+SCALE_CHUNK_BYTES = 4 << 20  # rows scaled in place at a time: the temporaries stay this small
 
 
 class OnDisk:
@@ -160,8 +161,11 @@ class OnDisk:
         return _Scaled(read, lambda: self._scale_rows(out, coords, rows))
 
     def _scale_rows(self, out, coords, rows):
-        if self._factors is not None:
-            out[rows] *= self._factors[coords, None]
+        if self._factors is not None:  # ``out[rows] *= f`` would copy every row read (a whole block) first
+            step = max(1, SCALE_CHUNK_BYTES // max(1, out[:1].nbytes))
+            for lo in range(0, rows.size, step):
+                r = rows[lo:lo + step]
+                out[r] = out[r] * self._factors[coords[lo:lo + step], None]
         if self.intercept is not None:
             out[rows, self.n_features] = self._constant(coords)
 

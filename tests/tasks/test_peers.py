@@ -138,6 +138,20 @@ def test_each_peer_point_is_re_evaluated_on_the_same_objective(name, model):
     assert gap >= -1e-12
 
 
+def test_daskml_fits_on_one_thread_beside_a_distributed_client(dask_client):
+    """A process holding a Dask client (a cluster arm's): dask-glm's fit still runs on the
+    synchronous scheduler (it would scatter its iterate to the client, where that scheduler
+    cannot find it) and reaches scikit-learn's ridge."""
+    from sklearn.linear_model import Ridge
+
+    p = problem("ridge")
+    knob, fit = _fits("peer_daskml", p)[-1]
+    w = np.asarray(fit(), dtype=float).ravel()
+    ref = Ridge(alpha=1.0, fit_intercept=False).fit(X, Y).coef_
+    assert evaluate(p, w)[0] == pytest.approx(evaluate(p, ref)[0], rel=1e-9)  # its last point: L-BFGS's own stop
+    np.testing.assert_allclose(w, ref, rtol=1e-4)
+
+
 def test_regression_with_an_intercept_keeps_the_coefficients():
     p = problem("lasso", fit_intercept=True)
     result = make_peer("peer_sklearn", tol=1e-8).solve(p)
@@ -226,12 +240,14 @@ def test_each_point_reaches_the_callback_while_the_peers_fits_still_run():
     import glob
     import os
 
-    def children():
+    def children():  # this process's children not there before the solve (an earlier test's may live on)
         return [pid for path in glob.glob(f"/proc/{os.getpid()}/task/*/children")
-                for pid in open(path).read().split()]
+                for pid in open(path).read().split() if pid not in earlier]
 
     if not glob.glob(f"/proc/{os.getpid()}/task/*/children"):
         pytest.skip("/proc/<pid>/task/<tid>/children needs Linux")
+    earlier = set()
+    earlier = set(children())
     seen = []
     result = make_peer("peer_sklearn", tol=1e-8, callback=lambda row: seen.append((row["round"], children()))).solve(
         problem("lasso"))

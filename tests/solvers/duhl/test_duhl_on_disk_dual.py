@@ -10,6 +10,7 @@ byte sizes.
 """
 
 import time
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -72,6 +73,26 @@ def test_reads_deliver_each_coordinate_times_its_factor(tmp_path, aligned, scale
         m.prefetch(np.arange(200), out2 := aligned_empty((200, 700))).result()
         np.testing.assert_array_equal(out2, X * scale[:, None])
         m.close()
+
+
+def test_a_scaled_read_makes_no_copy_of_the_block(tmp_path):
+    """Rows read into a block and multiplied by their factors (the labels' signs) in place: the
+    temporaries (tracemalloc's peak) stay a fraction of the rows read; the rows equal X's times
+    the factors."""
+    rng = np.random.default_rng(4)
+    X = rng.standard_normal((4000, 512))  # 16 MB
+    path = tmp_path / "X.npy"
+    write_coordinate_major(path, *X.shape, [X])
+    signs = rng.choice([-1.0, 1.0], X.shape[0])
+    A = OnDisk(path, scale=signs)
+    out = aligned_empty(X.shape)
+    coords, rows = rng.permutation(X.shape[0]), rng.permutation(X.shape[0])
+    tracemalloc.start()
+    A.read_rows(coords, out, rows)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    np.testing.assert_array_equal(out[rows], X[coords] * signs[coords, None])
+    assert peak < 0.6 * X.nbytes, peak
 
 
 @pytest.mark.parametrize("model", list(MODELS))
