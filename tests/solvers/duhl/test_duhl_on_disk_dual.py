@@ -175,7 +175,7 @@ def test_a_solve_returns_with_no_read_in_flight(store, model, monkeypatch):
     real = DiskMatrix._read
     monkeypatch.setattr(DiskMatrix, "_read", lambda self, q: time.sleep(0.002) or real(self, q))
     on_disk, _, _ = problems(store, model)
-    r = DuHL(host_budget=0.25, tol=1e-6, random_state=0).solve(on_disk)
+    r = DuHL(host_budget=0.25, tol=1e-3, random_state=0).solve(on_disk)
     assert r.status == "converged" and r.trace["bytes_prefetched"].iloc[-1] > 0  # reads ahead happened
     counted = on_disk.A.bytes_read
     time.sleep(0.2)  # a read left running would land in here
