@@ -290,6 +290,8 @@ class DuHL:
                 status, rounds, counters = loop(self, problem, rset, a, z, off, rng, trace, t0, self._iterates)
             finally:
                 rset.close()
+            if problem.on_disk and trace.rows:  # the last row counts the read-ahead the loop left in flight
+                trace.rows[-1].update(bytes_disk=problem.A.bytes_read, disk_s=problem.A.read_s)
             bytes_h2d, hits, prefetched = rset.bytes_h2d, rset.prefetch_hits, rset.bytes_prefetched
             cuts = getattr(rset.device, "cuts", [])
             if cuts:

@@ -161,7 +161,7 @@ def test_bytes_are_counted_as_the_os_counts_them_and_the_ram_budget_holds(store,
     # O_DIRECT: what the reader asked is what the disk read; the process's other reads (code pages
     # paged back in under memory pressure) may add a few KB
     assert 0 <= read - (on_disk.A.bytes_read - counted) <= 64 << 10 and read > X.nbytes
-    assert r.trace["bytes_disk"].iloc[-1] <= on_disk.A.bytes_read
+    assert r.trace["bytes_disk"].iloc[-1] == on_disk.A.bytes_read  # a read-ahead left at the end included
     assert np.all(np.diff(r.trace["bytes_disk"].to_numpy()) >= 0)
     held = made[0].data.nbytes + on_disk.A.buffer().nbytes  # block (and its prefetch rows) + read buffer
     assert held <= budget, (made[0].data.nbytes, on_disk.A.buffer().nbytes, budget)
@@ -171,7 +171,8 @@ def test_bytes_are_counted_as_the_os_counts_them_and_the_ram_budget_holds(store,
 @pytest.mark.parametrize("model", ["hinge", "logistic"])
 def test_a_solve_returns_with_no_read_in_flight(store, model, monkeypatch):
     """Reads slowed down so that the last round's read-ahead is still running when the loop ends:
-    the solve waits for it, so nothing is read (or counted) after it returns."""
+    the solve waits for it, so nothing is read (or counted) after it returns, and the trace's last
+    row counts it."""
     real = DiskMatrix._read
     monkeypatch.setattr(DiskMatrix, "_read", lambda self, q: time.sleep(0.002) or real(self, q))
     on_disk, _, _ = problems(store, model)
@@ -180,6 +181,7 @@ def test_a_solve_returns_with_no_read_in_flight(store, model, monkeypatch):
     counted = on_disk.A.bytes_read
     time.sleep(0.2)  # a read left running would land in here
     assert on_disk.A.bytes_read == counted and on_disk.A.matrix._in_flight == 0
+    assert r.trace["bytes_disk"].iloc[-1] == counted  # the trace's last row counts that read-ahead too
 
 
 def test_logistic_has_no_zero_gap_proof_and_still_certifies(store):
