@@ -17,6 +17,11 @@ the same kernels run on NumPy arrays, one block after another, so CI exercises
 this code without a GPU.
 """
 
+import sys
+import threading
+
+import numpy as np
+
 from numba import config, cuda, float64
 
 from solvers.glm.models import coord_gap, coord_update
@@ -24,6 +29,45 @@ from solvers.glm.models import coord_gap, coord_update
 # threads per block (a power of two); the simulator runs each thread as a Python
 # thread, so it gets few: the strided loops and the reduction still run in full
 TPB = 4 if config.ENABLE_CUDASIM else 128
+
+
+def _one_shared_array_per_block():
+    """Make the simulator's ``cuda.shared.array`` give every thread of a block the same array.
+
+    numba-cuda's simulator (0.30.4) allocates a block's shared array for the first thread
+    to ask: a dict lookup by the caller's file and line, then an insert. A GIL switch
+    between the two gives two threads of one block two arrays, and the block's reduction
+    sums another thread's garbage (about one launch in 3,000 with two busy cores: a
+    cuda_sim solve then differed from the same solve run again). The same lookup, under
+    a lock; dynamic shared memory (shape 0) is left to the simulator.
+    """
+    from numba.cuda.simulator import kernelapi
+
+    shared = kernelapi.FakeCUDAShared
+    if getattr(shared, "_one_per_block", False):
+        return
+    simulator_array = shared.array
+    lock = threading.Lock()
+
+    def array(self, shape, dtype, alignment=None):
+        if shape == 0 or alignment is not None:
+            return simulator_array(self, shape, dtype, alignment)
+        if isinstance(dtype, kernelapi.types.Type):
+            dtype = kernelapi.numpy_support.as_dtype(dtype)
+        caller = sys._getframe(1)
+        key = (caller.f_code.co_filename, caller.f_lineno)
+        with lock:
+            res = self._allocations.get(key)
+            if res is None:
+                res = self._allocations[key] = np.empty(shape, dtype)
+        return res
+
+    shared.array = array
+    shared._one_per_block = True
+
+
+if config.ENABLE_CUDASIM:
+    _one_shared_array_per_block()
 
 
 @cuda.jit(device=True)

@@ -7,6 +7,8 @@ of an independent oracle. Problems are tiny: the simulator is ~1e5 times
 slower than a GPU.
 """
 
+import time
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -137,6 +139,41 @@ def test_prefetch_on_cuda_sim_changes_no_iterate(cuda_kernels, sparse, selection
     np.testing.assert_array_equal(staged.a, plain.a)
     assert staged.n_rounds == plain.n_rounds > 2
     assert staged.prefetch_hits > 0 and plain.prefetch_hits == 0
+
+
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
+def test_a_thread_switch_in_a_shared_allocation_splits_no_block(cuda_kernels, sparse, monkeypatch):
+    """A GIL switch between the simulator's lookup of a block's shared array and its
+    insert (forced here, at every lookup) must not give a block's threads two arrays:
+    the gap kernel's reduction still equals the CPU's gaps. Without the lock in
+    solvers.kernels.cuda every thread sums its own uninitialised array."""
+    from numba.cuda.simulator import kernelapi
+
+    class SwitchingDict(dict):
+        def get(self, key, default=None):
+            found = super().get(key, default)
+            time.sleep(1e-3)  # releases the GIL: the block's other threads run now
+            return found
+
+    init = kernelapi.FakeCUDAShared.__init__
+
+    def switching_init(self, *args):
+        init(self, *args)
+        self._allocations = SwitchingDict()
+
+    monkeypatch.setattr(kernelapi.FakeCUDAShared, "__init__", switching_init)
+    p = _tiny("lasso", sparse)
+    a = np.random.default_rng(5).standard_normal(p.n_coords)
+    z, off = p.state_from(a)
+    rows = np.arange(p.n_coords)
+    expected, _ = p.coordinate_gaps(a, z, off, rows, with_s=True)
+    dev = devices.make_device(p, "cuda_sim")
+    if sparse:
+        A = p.A
+        out, _ = dev.gaps_sparse((A.indptr, A.indices, A.data), rows, rows, (a, z, off), p)
+    else:
+        out, _ = dev.gaps_dense(p.A, rows, rows, (a, z, off), p)
+    np.testing.assert_allclose(out, expected, rtol=1e-10, atol=1e-12)
 
 
 @pytest.mark.parametrize("model", ["lasso", "svm", "logistic"])
