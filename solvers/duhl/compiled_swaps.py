@@ -12,7 +12,10 @@ algorithm, with ``refresh="all"`` semantics (every gap exact each round):
    (dense rows, or a CSR buffer compacted in place), counted as the resident set
    counts them (bytes of the joined coordinates, how many joined);
 3. the stale gaps are refreshed at the round's start state, which with the block's
-   gaps of the last round gives that state's exact gap: a certified row;
+   gaps of the last round gives that state's exact gap: a certified row (for the Lasso
+   family with few coordinates, refresh "auto", from dots <A_i, z> kept by the Gram
+   matrix, re-anchored from the data every ANCHOR_EVERY rows and at a row that stops:
+   see GRAM);
 4. ``passes`` epochs over the block (its coordinates with a positive gap when
    shrinking), in the orders ``rng.permutation`` draws (the same stream as the
    Python loop's), then the block's gaps at the new state.
@@ -110,13 +113,13 @@ def _sparse_gram(indptr, indices, data, n):
         lo, hi = indptr[r], indptr[r + 1]
         for k in range(lo, hi):
             i = indices[k]
-            x = float(data[k])
+            x = np.float64(data[k])
             for e in range(k, hi):
                 j = indices[e]
                 if j >= i:
-                    G[i, j] += x * float(data[e])
+                    G[i, j] += x * np.float64(data[e])
                 else:
-                    G[j, i] += x * float(data[e])
+                    G[j, i] += x * np.float64(data[e])
     for i in range(n):
         for j in range(i + 1, n):
             G[j, i] = G[i, j]
@@ -128,7 +131,7 @@ def gram_after(problem, stale_share):
     stale entries a round reads (``stale_share`` of the data's)."""
     A = problem.A
     if problem.sparse:
-        per_sample = np.diff(A.tocsc().indptr).astype(np.float64)  # nonzeros of each sample
+        per_sample = np.bincount(A.indices, minlength=A.shape[1]).astype(np.float64)  # nonzeros of each sample
         pairs, entries = float((per_sample * (per_sample + 1) / 2).sum()), float(A.nnz)
     else:
         n, m = A.shape
@@ -213,7 +216,7 @@ def _certify(A, stale, a, z, off, mu, c, b, theta, tight, l1, carry_dual, gaps, 
 
 # the Gram matrix's state (run_swap_slice's ``gram``): gstate entries (G_AT: the round after which
 # the loop returns (4) for the caller to build G; 0: none)
-G_ON, G_EVERY, G_SINCE, G_DATA_BEST, G_DRIFT, G_ANCHORS, G_ROWS, G_AT = range(8)
+G_ON, G_EVERY, G_SINCE, G_DRIFT, G_ANCHORS, G_ROWS, G_AT = range(7)
 
 
 @_loop_kernel
@@ -224,8 +227,8 @@ def _gram_certify(A, G, everyone, stale, a, z, off, mu, c, b, theta, tight, l1, 
     for every j updated since (the kernels' update), so dots_i moves by c (a_j - a_ref_j) G[j, i].
     With ``anchor`` the dots are read from the data instead (every coordinate: one pass over A), and
     how far the Gram's dots had drifted from them (max |difference| over max |dot|) is kept in
-    gstate[G_DRIFT]. A data row's dual competes with the data rows' best only (gstate[G_DATA_BEST]),
-    a Gram row's with every row's (counters[7]); counters[7] keeps the best of all rows."""
+    gstate[G_DRIFT]. The best dual value of the rows is carried (counters[7]) as by _certify: a
+    Gram row's within its dots' rounding of its state's (tests/solvers/duhl/test_gram.py)."""
     n = a.shape[0]
     for j in range(n):
         d = a[j] - a_ref[j]
@@ -256,14 +259,11 @@ def _gram_certify(A, G, everyone, stale, a, z, off, mu, c, b, theta, tight, l1, 
     s_max = 0.0
     for i in range(gaps.shape[0]):
         s_max = max(s_max, abs(s[i]))
-    best = gstate[G_DATA_BEST] if anchor else counters[7]
     q, ub = residual_stats(z, c * off[0], b)
     primal, dual, gap, dual_best = form_certificate(q, ub, c, cpu.sum_g(a, theta), _pairwise(gaps),
                                                     s_max if tight else 0.0, l1, tight,
-                                                    best if carry_dual else -np.inf)
-    if anchor:
-        gstate[G_DATA_BEST] = dual_best
-    counters[7] = max(counters[7], dual_best)
+                                                    counters[7] if carry_dual else -np.inf)
+    counters[7] = dual_best
     return primal, dual, gap
 
 
@@ -508,8 +508,8 @@ def solve_compiled_swaps(solver, problem, rset, a, z, off, rng, trace, t0, itera
                     np.empty(z.shape[0]))
     # the Gram matrix (built in the solve: part of its time, after gstate[G_AT] rounds) and its state
     # (see _round_certify)
-    gstate = np.zeros(8)
-    gstate[G_EVERY], gstate[G_DATA_BEST] = float(ANCHOR_EVERY), -np.inf
+    gstate = np.zeros(7)
+    gstate[G_EVERY] = float(ANCHOR_EVERY)
     if gram_on:
         gstate[G_AT] = max(1, gram_after(problem, stale_bytes / max(1, int(coord_bytes.sum()))))
     gram = (np.zeros((0, 0)), np.zeros(n), a.copy(), gstate)
@@ -534,12 +534,9 @@ def solve_compiled_swaps(solver, problem, rset, a, z, off, rng, trace, t0, itera
             proof = (False, proof[1])  # every stale gap from the dots: none proven (their gaps are 0, valid)
             proof_arrays[4][:] = False
             gstate[G_ON], gstate[G_AT], gstate[G_SINCE] = 1.0, 0.0, float(ANCHOR_EVERY)
-            gstate[G_DATA_BEST] = counters[7]  # every row so far read the data
         elif solver.max_time is not None and time.perf_counter() - t0 >= solver.max_time:
             status = "max_time"
     _hand_back(rset, problem, block, row_coord, resident, counters)
-    if gstate[G_ON]:  # the best dual carried on: the data rows' (a Gram row's is a rounding away from exact)
-        counters[7] = gstate[G_DATA_BEST]
     if status != "converged":  # the last round's end state: one more pass certifies it
         certify_here(counters[1], counters[0], counters[2], np.count_nonzero(resident))
     return status, int(counters[1]), (float(counters[0]), counters[7])
