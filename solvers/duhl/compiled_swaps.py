@@ -12,7 +12,10 @@ algorithm, with ``refresh="all"`` semantics (every gap exact each round):
    (dense rows, or a CSR buffer compacted in place), counted as the resident set
    counts them (bytes of the joined coordinates, how many joined);
 3. the stale gaps are refreshed at the round's start state, which with the block's
-   gaps of the last round gives that state's exact gap: a certified row;
+   gaps of the last round gives that state's exact gap: a certified row (for the Lasso
+   family with few coordinates, refresh "auto", from dots <A_i, z> kept by the Gram
+   matrix, re-anchored from the data every ANCHOR_EVERY rows and at a row that stops:
+   see GRAM);
 4. ``passes`` epochs over the block (its coordinates with a positive gap when
    shrinking), in the orders ``rng.permutation`` draws (the same stream as the
    Python loop's), then the block's gaps at the new state.
@@ -31,6 +34,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from numba import njit
 
 from solvers.duhl.compiled_parts import (_block_gaps, _clock, _now, _pairwise, _proven, _round_pass, _row, _select,
                                          _step, _swap_in)
@@ -39,7 +43,7 @@ from solvers.duhl.gap_memory import MARGIN, ROUNDING
 from solvers.duhl.inmemory import _epoch, _gaps
 from solvers.duhl.swaps import MAX_PASSES_PER_ROUND, _child, round_epochs
 from solvers.glm.certificates import form_certificate, residual_stats, tight_lasso
-from solvers.glm.models import shrink_cut
+from solvers.glm.models import coord_gap, shrink_cut
 from solvers.kernels import cpu
 
 # refresh="auto" in RAM runs here (as "all") when refreshing every stale gap reads at most
@@ -68,6 +72,82 @@ HISTORY = 4096
 # clock), or to np.zeros(len(PARTS) + 1) for the thread's CPU time (~0.3 us a reading)
 CLOCK = None
 _NO_CLOCK = np.zeros(0)
+
+
+# the Lasso family (coordinates = features) with the data in RAM: refresh "auto" keeps the stale
+# gaps' dots <A_i, z> up to date from the Gram matrix A A^T (|stale| x |changed| flops a round, not
+# a read of the stale data; scikit-learn's Lasso uses a precomputed Gram the same way), when G is at
+# most GRAM_BYTES_SHARE of the data's bytes (8 p^2: few coordinates); True: also with refresh "all"
+# (whose default reads every stale gap from the data: the Python loop's twin); False: never
+GRAM = "auto"
+GRAM_BYTES_SHARE = 1.0
+# rows between two data passes that re-anchor the dots (and measure the Gram's drift, gstate[G_DRIFT]);
+# the row that stops the solve always comes from a data pass
+ANCHOR_EVERY = 16
+# G costs many rounds' stale reads (w8a[20000] Lasso: 24 passes over the data; dense 2000x1000: 75),
+# and a solve may end first (the dense Lasso in 5 rounds), so the loop reads the stale gaps from the
+# data until it has read about as much as G costs (GRAM_AFTER times the estimate), then builds G:
+# a ski rental, at most twice the better choice's cost. The estimate, in entries of a data pass: a
+# sample's pair of nonzeros costs 2 (the sparse kernel's scattered adds; w8a: 2.2 ns a pair, the gap
+# kernel 1.1 ns an entry), a pair of a dense one 0.15 (BLAS, one thread: 0.046 ns, the gap kernel 0.31)
+GRAM_AFTER = 1.0
+PAIR_COST = {True: 2.0, False: 0.15}
+
+
+def uses_gram(solver, problem):
+    """Whether the compiled loop may keep the stale dots from the Gram matrix (see GRAM)."""
+    if GRAM is False or problem.dual_form or problem.on_disk or solver.device != "cpu":
+        return False
+    if GRAM == "auto" and solver.refresh == "all":
+        return False
+    n = problem.n_coords
+    return 8 * n * n <= GRAM_BYTES_SHARE * int(problem.coord_bytes.sum())
+
+
+@njit(nogil=True, cache=True)
+def _sparse_gram(indptr, indices, data, n):
+    """A A^T for A (n x m) given sample-major (CSR of A^T): each sample's outer product of its
+    nonzeros, the upper triangle accumulated, then mirrored."""
+    G = np.zeros((n, n))
+    for r in range(indptr.shape[0] - 1):
+        lo, hi = indptr[r], indptr[r + 1]
+        for k in range(lo, hi):
+            i = indices[k]
+            x = np.float64(data[k])
+            for e in range(k, hi):
+                j = indices[e]
+                if j >= i:
+                    G[i, j] += x * np.float64(data[e])
+                else:
+                    G[j, i] += x * np.float64(data[e])
+    for i in range(n):
+        for j in range(i + 1, n):
+            G[j, i] = G[i, j]
+    return G
+
+
+def gram_after(problem, stale_share):
+    """The rounds after which the loop builds G (see GRAM_AFTER): G's estimated cost over the
+    stale entries a round reads (``stale_share`` of the data's)."""
+    A = problem.A
+    if problem.sparse:
+        per_sample = np.bincount(A.indices, minlength=A.shape[1]).astype(np.float64)  # nonzeros of each sample
+        pairs, entries = float((per_sample * (per_sample + 1) / 2).sum()), float(A.nnz)
+    else:
+        n, m = A.shape
+        pairs, entries = m * n * (n + 1) / 2, float(n * m)
+    return int(np.ceil(GRAM_AFTER * PAIR_COST[bool(problem.sparse)] * pairs / max(1.0, stale_share * entries)))
+
+
+def gram_matrix(problem):
+    """G = A A^T of the coordinates (float64, n x n): for sparse data from the samples' nonzeros
+    (w8a[20000], 300 features: 7 ms with the transpose, scipy's A @ A.T 21 ms), for dense data BLAS."""
+    A = problem.A
+    if problem.sparse:
+        T = A.T.tocsr()
+        return _sparse_gram(T.indptr, T.indices, T.data, problem.n_coords)
+    A64 = np.asarray(A, dtype=np.float64)
+    return A64 @ A64.T
 
 
 def routes(solver, problem, rset):
@@ -134,10 +214,81 @@ def _certify(A, stale, a, z, off, mu, c, b, theta, tight, l1, carry_dual, gaps, 
     return primal, dual, gap
 
 
+# the Gram matrix's state (run_swap_slice's ``gram``): gstate entries (G_AT: the round after which
+# the loop returns (4) for the caller to build G; 0: none)
+G_ON, G_EVERY, G_SINCE, G_DRIFT, G_ANCHORS, G_ROWS, G_AT = range(7)
+
+
+@_loop_kernel
+def _gram_certify(A, G, everyone, stale, a, z, off, mu, c, b, theta, tight, l1, carry_dual, gaps, s, counters,
+                  dots, a_ref, zero_off, gstate, out_g, out_s, anchor):
+    """_certify with the stale s_i = <A_i, z> - c off m mu_i from ``dots`` (dots_i = <A_i, z> at the
+    state a_ref) brought to the state a by the Gram matrix G = A A^T: z moved by c (a_j - a_ref_j) A_j
+    for every j updated since (the kernels' update), so dots_i moves by c (a_j - a_ref_j) G[j, i].
+    With ``anchor`` the dots are read from the data instead (every coordinate: one pass over A), and
+    how far the Gram's dots had drifted from them (max |difference| over max |dot|) is kept in
+    gstate[G_DRIFT]. The best dual value of the rows is carried (counters[7]) as by _certify: a
+    Gram row's within its dots' rounding of its state's (tests/solvers/duhl/test_gram.py)."""
+    n = a.shape[0]
+    for j in range(n):
+        d = a[j] - a_ref[j]
+        if d != 0.0:
+            cd = c * d
+            for i in range(n):
+                dots[i] += cd * G[j, i]
+            a_ref[j] = a[j]
+    if anchor:
+        _gaps(A, everyone, a, z, zero_off, mu, c, theta, out_g, out_s)  # out_s: <A_i, z> (off 0: no shift)
+        top, diff = 0.0, 0.0
+        for i in range(n):
+            top = max(top, abs(out_s[i]))
+            diff = max(diff, abs(out_s[i] - dots[i]))
+            dots[i] = out_s[i]
+        if gstate[G_ANCHORS] > 0 and top > 0:
+            gstate[G_DRIFT] = max(gstate[G_DRIFT], diff / top)
+        gstate[G_ANCHORS] += 1
+        gstate[G_SINCE] = 0.0
+    else:
+        gstate[G_SINCE] += 1.0
+        gstate[G_ROWS] += 1.0
+    shift = c * off[0] * z.shape[0]
+    for j in range(stale.shape[0]):
+        i = stale[j]
+        s[i] = dots[i] - shift * mu[i]
+        gaps[i] = coord_gap(theta, a[i], s[i])
+    s_max = 0.0
+    for i in range(gaps.shape[0]):
+        s_max = max(s_max, abs(s[i]))
+    q, ub = residual_stats(z, c * off[0], b)
+    primal, dual, gap, dual_best = form_certificate(q, ub, c, cpu.sum_g(a, theta), _pairwise(gaps),
+                                                    s_max if tight else 0.0, l1, tight,
+                                                    counters[7] if carry_dual else -np.inf)
+    counters[7] = dual_best
+    return primal, dual, gap
+
+
+@_loop_kernel
+def _round_certify(A, G, everyone, stale, a, z, off, mu, c, b, theta, tight, l1, carry_dual, gaps, s, counters,
+                   dots, a_ref, zero_off, gstate, out_g, out_s, tol_abs):
+    """The round's certificate: from the data (_certify) without the Gram matrix; with it from the
+    Gram's dots, from the data every gstate[G_EVERY] rows and always for a gap at or below tol_abs
+    (the row that stops the solve comes from a data pass)."""
+    if gstate[G_ON] == 0.0:
+        return _certify(A, stale, a, z, off, mu, c, b, theta, tight, l1, carry_dual, gaps, s, counters, out_g,
+                        out_s)
+    anchor = gstate[G_SINCE] + 1.0 >= gstate[G_EVERY]
+    primal, dual, gap = _gram_certify(A, G, everyone, stale, a, z, off, mu, c, b, theta, tight, l1, carry_dual,
+                                      gaps, s, counters, dots, a_ref, zero_off, gstate, out_g, out_s, anchor)
+    if gap <= tol_abs and not anchor:
+        primal, dual, gap = _gram_certify(A, G, everyone, stale, a, z, off, mu, c, b, theta, tight, l1, carry_dual,
+                                          gaps, s, counters, dots, a_ref, zero_off, gstate, out_g, out_s, True)
+    return primal, dual, gap
+
+
 @_loop_kernel
 def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off, mu, sqnorm, c, b, theta,
                    tight, l1, carry_dual, tol_abs, max_updates, deadline, local_epochs, max_passes, shrinking,
-                   rng, child, gaps, s, resident, counters, history, iterates, clock, proof, proof_arrays):
+                   rng, child, gaps, s, resident, counters, history, iterates, clock, proof, proof_arrays, gram):
     """Rounds until a certified tolerance, ``max_updates``, ``deadline`` (perf_counter
     seconds) or a full ``history``. Carried between calls: the block (B, row_coord,
     pos: each coordinate's row or -1), the gap memory (gaps, s), ``resident`` and
@@ -147,10 +298,12 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
     history row (see _row) is a round's start state; ``iterates`` receives a copy of a
     at the first rows of the run. ``proof`` = (proving, centred) and ``proof_arrays``
     = (norms, |mu|, path, at, proven, z scratch): the gap memory's proofs (proving False:
-    none; see solvers.duhl.gap_memory), carried between calls. ``clock`` accumulates where
+    none; see solvers.duhl.gap_memory), carried between calls. ``gram`` = (G, dots, a_ref, gstate):
+    the Gram matrix of the coordinates and its state (see _round_certify; gstate[G_ON] 0: none, every
+    stale gap read from the data), carried between calls. ``clock`` accumulates where
     the rounds' time goes, by PARTS (when it has that many entries; the thread's CPU time with
     one more; else nothing is timed). Returns status: 1 converged, 2 max_updates, 3 deadline
-    or full history."""
+    or full history, 4 the round to build the Gram matrix (gstate[G_AT])."""
     n = a.shape[0]
     chosen = np.empty(n, dtype=np.int64)
     keep = np.zeros(n, dtype=np.bool_)
@@ -166,13 +319,18 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
     timed = 0 if clock.shape[0] < len(PARTS) else (2 if clock.shape[0] > len(PARTS) else 1)
     proving, centred = proof
     norms, mu_abs, path, at, proven, z_old = proof_arrays
+    G, dots, a_ref, gstate = gram
+    everyone = np.arange(n)
+    zero_off = np.zeros(1)
     shift_old = 0.0
     m = -1  # the block's size (block[:m]); -1: not listed in this call yet
     n_stale, stale_ready = 0, False  # stale[:n_stale] listed for the round ahead (by the proofs)
     t_start = _clock(timed) if timed else 0.0
     if counters[8] == 2.0:  # row 0: every gap at the start state
-        primal, dual, gap = _certify(A, np.arange(n), a, z, off, mu, c, b, theta, tight, l1, carry_dual, gaps, s,
-                                     counters, out_g, out_s)
+        gstate[G_SINCE] = gstate[G_EVERY]  # a data pass: the Gram's dots start there
+        primal, dual, gap = _round_certify(A, G, everyone, everyone, a, z, off, mu, c, b, theta, tight, l1,
+                                           carry_dual, gaps, s, counters, dots, a_ref, zero_off, gstate, out_g,
+                                           out_s, tol_abs)
         _row(history, iterates, counters, a, primal, dual, gap, 0, 0)
         counters[8] = 1.0
         _lap(clock, 2, t_start, timed)
@@ -235,8 +393,9 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
         counters[1] += 1
         t = _lap(clock, 5, t, timed)
         if counters[8] == 0.0:  # the stale gaps at the start state: with the block's, its certificate
-            primal, dual, gap = _certify(A, stale[:n_stale], a, z, off, mu, c, b, theta, tight, l1, carry_dual,
-                                         gaps, s, counters, out_g, out_s)
+            primal, dual, gap = _round_certify(A, G, everyone, stale[:n_stale], a, z, off, mu, c, b, theta, tight,
+                                               l1, carry_dual, gaps, s, counters, dots, a_ref, zero_off, gstate,
+                                               out_g, out_s, tol_abs)
             _row(history, iterates, counters, a, primal, dual, gap, counters[1] - 1, k)
             t = _lap(clock, 2, t, timed)
             if gap <= tol_abs:
@@ -278,6 +437,8 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
             return _lap_total(clock, 2, t_start, timed)
         if counters[4] >= history.shape[0] or _now() >= deadline:
             return _lap_total(clock, 3, t_start, timed)
+        if gstate[G_AT] > 0.0 and counters[1] >= gstate[G_AT]:
+            return _lap_total(clock, 4, t_start, timed)
 
 
 def solve_compiled_swaps(solver, problem, rset, a, z, off, rng, trace, t0, iterates, slice_s=0.2, clock=None):
@@ -339,11 +500,19 @@ def solve_compiled_swaps(solver, problem, rset, a, z, off, rng, trace, t0, itera
     # can pay: their dual step reads u three times a round (see PROOF_SHARE)
     stale_bytes = int(coord_bytes.sum()) - int(rset.capacity_bytes)
     pays = 3 * z.nbytes <= PROOF_SHARE * stale_bytes
+    gram_on = uses_gram(solver, problem)  # G built after gstate[G_AT] rounds; the proofs stop then
     proving = solver.refresh == "auto" and pays and problem.model.zero_gap is not None
     mu_abs = np.abs(problem.mu)
     proof = (bool(proving), bool(np.any(mu_abs)))
     proof_arrays = (np.sqrt(problem.sqnorm), mu_abs, np.zeros(2), np.zeros((n, 2)), np.zeros(n, dtype=bool),
                     np.empty(z.shape[0]))
+    # the Gram matrix (built in the solve: part of its time, after gstate[G_AT] rounds) and its state
+    # (see _round_certify)
+    gstate = np.zeros(7)
+    gstate[G_EVERY] = float(ANCHOR_EVERY)
+    if gram_on:
+        gstate[G_AT] = max(1, gram_after(problem, stale_bytes / max(1, int(coord_bytes.sum()))))
+    gram = (np.zeros((0, 0)), np.zeros(n), a.copy(), gstate)
     status = None
     while status is None:
         deadline = time.perf_counter() + slice_s
@@ -353,13 +522,18 @@ def solve_compiled_swaps(solver, problem, rset, a, z, off, rng, trace, t0, itera
         code = run_swap_slice(full, block, row_coord, pos, coord_bytes, *scalars, a, z, off, problem.mu, problem.sqnorm,
                               problem.c, problem.b, problem.theta, tight, l1, carry, tol_abs, max_updates, deadline,
                               *loop_params, rng, child, gaps, s, resident, counters, history, iterates, clock,
-                              proof, proof_arrays)
+                              proof, proof_arrays, gram)
         for t, updates, P, D, gap, rnd, bytes_h2d, swaps, n_resident in history[: int(counters[4])]:
             record(rnd, t - t0, updates, P, D, gap, bytes_h2d, swaps, n_resident)
         if code == 1:
             status = "converged"
         elif code == 2:
             status = "max_epochs"
+        elif code == 4:  # the Gram matrix now: the next row anchors its dots (a data pass)
+            gram = (gram_matrix(problem), gram[1], a.copy(), gstate)
+            proof = (False, proof[1])  # every stale gap from the dots: none proven (their gaps are 0, valid)
+            proof_arrays[4][:] = False
+            gstate[G_ON], gstate[G_AT], gstate[G_SINCE] = 1.0, 0.0, float(ANCHOR_EVERY)
         elif solver.max_time is not None and time.perf_counter() - t0 >= solver.max_time:
             status = "max_time"
     _hand_back(rset, problem, block, row_coord, resident, counters)

@@ -200,11 +200,12 @@ def test_proofs_keep_every_certified_gap_valid(case_factory, model, sparse, monk
     have moved: solvers.duhl.gap_memory); every row still certifies, its gap P - D of its own
     state written out in glm_oracles, and the proofs did cover coordinates."""
     monkeypatch.setattr(compiled, "PROOF_SHARE", np.inf)  # proofs however small the data
+    monkeypatch.setattr(compiled, "GRAM", False)  # the Lasso's stale gaps from the data (a Gram stops the proofs)
     seen = []
     real = compiled.run_swap_slice
 
     def grab(*args):
-        seen.append(args[-1])  # proof_arrays: (norms, |mu|, path, at, proven, z scratch)
+        seen.append(args[-2])  # proof_arrays: (norms, |mu|, path, at, proven, z scratch)
         return real(*args)
 
     monkeypatch.setattr(compiled, "run_swap_slice", grab)
