@@ -277,9 +277,11 @@ def _round_certify(A, G, everyone, stale, a, z, off, mu, c, b, theta, tight, l1,
         return _certify(A, stale, a, z, off, mu, c, b, theta, tight, l1, carry_dual, gaps, s, counters, out_g,
                         out_s)
     anchor = gstate[G_SINCE] + 1.0 >= gstate[G_EVERY]
+    carried = counters[7]
     primal, dual, gap = _gram_certify(A, G, everyone, stale, a, z, off, mu, c, b, theta, tight, l1, carry_dual,
                                       gaps, s, counters, dots, a_ref, zero_off, gstate, out_g, out_s, anchor)
     if gap <= tol_abs and not anchor:
+        counters[7] = carried  # the stopping row's dual point from the data, not from this state's Gram dots
         primal, dual, gap = _gram_certify(A, G, everyone, stale, a, z, off, mu, c, b, theta, tight, l1, carry_dual,
                                           gaps, s, counters, dots, a_ref, zero_off, gstate, out_g, out_s, True)
     return primal, dual, gap
