@@ -6,6 +6,9 @@ coordinate row r holds, -1 none) or a CSR buffer of entries, with ``pos[i]``
 the row of coordinate i (-1: not in the block).
 """
 
+import hashlib
+from pathlib import Path
+
 import numpy as np
 from numba import njit
 from numba.extending import overload
@@ -14,6 +17,20 @@ from solvers.duhl.gap_select import _gap_block
 from solvers.duhl.inmemory import _csr, _now, _thread_cpu_ns  # noqa: F401 (compiled_swaps takes _now from here)
 from solvers.glm.models import zero_interval
 from solvers.kernels import cpu
+
+
+# Numba's cache keys a function on its own file only (numba#1833): the loops' cache files
+# (compiled_swaps, gram) are named after the code they compile in from other files, so an
+# edit there recompiles
+_SOURCES = ("duhl/compiled_parts.py", "duhl/gap_select.py", "duhl/inmemory.py", "duhl/gram.py", "kernels/cpu.py",
+            "glm/certificates.py")
+_DIGEST = hashlib.sha1(b"".join((Path(__file__).parents[1] / f).read_bytes() for f in _SOURCES)).hexdigest()[:12]
+
+
+def loop_kernel(fn):
+    """A compiled loop's function, cached under a name that changes with the code it compiles in."""
+    fn.__name__ = f"{fn.__name__}__{_DIGEST}"
+    return cpu.model_kernel(nogil=True, cache=True, error_model="numpy")(fn)
 
 
 @njit(nogil=True, cache=True)

@@ -15,7 +15,7 @@ algorithm, with ``refresh="all"`` semantics (every gap exact each round):
    gaps of the last round gives that state's exact gap: a certified row (for the Lasso
    family with few coordinates, refresh "auto", from dots <A_i, z> kept by the Gram
    matrix, re-anchored from the data every ANCHOR_EVERY rows and at a row that stops:
-   see GRAM);
+   see solvers.duhl.gram);
 4. ``passes`` epochs over the block (its coordinates with a positive gap when
    shrinking), in the orders ``rng.permutation`` draws (the same stream as the
    Python loop's), then the block's gaps at the new state.
@@ -29,22 +29,21 @@ the round's epochs meanwhile and discards them (``epochs`` counts them there).
 :func:`routes` says when the DuHL solver uses this loop (see its docstring).
 """
 
-import hashlib
 import time
-from pathlib import Path
 
 import numpy as np
-from numba import njit
 
-from solvers.duhl.compiled_parts import (_block_gaps, _clock, _now, _pairwise, _proven, _round_pass, _row, _select,
+from solvers.duhl.compiled_parts import (_block_gaps, _clock, _now, _proven, _round_pass, _row, _select,
                                          _step, _swap_in)
+from solvers.duhl import gram
+from solvers.duhl.compiled_parts import loop_kernel as _loop_kernel
 from solvers.duhl.gap_select import _next_block
+from solvers.duhl.gram import G_AT, G_EVERY, G_ON, G_SINCE, _round_certify
 from solvers.duhl.gap_memory import MARGIN, ROUNDING
-from solvers.duhl.inmemory import _epoch, _gaps
+from solvers.duhl.inmemory import _epoch
 from solvers.duhl.swaps import MAX_PASSES_PER_ROUND, _child, round_epochs
-from solvers.glm.certificates import form_certificate, residual_stats, tight_lasso
-from solvers.glm.models import coord_gap, shrink_cut
-from solvers.kernels import cpu
+from solvers.glm.certificates import tight_lasso
+from solvers.glm.models import shrink_cut
 
 # refresh="auto" in RAM runs here (as "all") when refreshing every stale gap reads at most
 # this many bytes per round beyond what "auto" refreshes: ~1-2 ms of the gap kernel, about
@@ -56,15 +55,6 @@ POLICIES = {"gap": 0, "sequential": 1, "random": 2}
 # dual SVM (u: 2.4 KB) 18% less CPU to 1e-6, w8a[20000] Lasso (u: 160 KB, 0.23 of it) even, diabetes
 # Lasso (u: 3.5 KB, 0.4) 19% more per round (few zeros to prove)
 PROOF_SHARE = 0.1
-# Numba's cache keys a function on its own file only (numba#1833): the loop's cache files
-# are named after the code it compiles in from other files, so an edit there recompiles
-_SOURCES = ("duhl/compiled_parts.py", "duhl/gap_select.py", "duhl/inmemory.py", "kernels/cpu.py", "glm/certificates.py")
-_DIGEST = hashlib.sha1(b"".join((Path(__file__).parents[1] / f).read_bytes() for f in _SOURCES)).hexdigest()[:12]
-
-
-def _loop_kernel(fn):
-    fn.__name__ = f"{fn.__name__}__{_DIGEST}"
-    return cpu.model_kernel(nogil=True, cache=True, error_model="numpy")(fn)
 # rows a slice can record before it returns: a row per round, and a return costs the
 # rows' Python (a few us each), so enough for a slice's rounds on small problems
 HISTORY = 4096
@@ -72,82 +62,6 @@ HISTORY = 4096
 # clock), or to np.zeros(len(PARTS) + 1) for the thread's CPU time (~0.3 us a reading)
 CLOCK = None
 _NO_CLOCK = np.zeros(0)
-
-
-# the Lasso family (coordinates = features) with the data in RAM: refresh "auto" keeps the stale
-# gaps' dots <A_i, z> up to date from the Gram matrix A A^T (|stale| x |changed| flops a round, not
-# a read of the stale data; scikit-learn's Lasso uses a precomputed Gram the same way), when G is at
-# most GRAM_BYTES_SHARE of the data's bytes (8 p^2: few coordinates); True: also with refresh "all"
-# (whose default reads every stale gap from the data: the Python loop's twin); False: never
-GRAM = "auto"
-GRAM_BYTES_SHARE = 1.0
-# rows between two data passes that re-anchor the dots (and measure the Gram's drift, gstate[G_DRIFT]);
-# the row that stops the solve always comes from a data pass
-ANCHOR_EVERY = 16
-# G costs many rounds' stale reads (w8a[20000] Lasso: 24 passes over the data; dense 2000x1000: 75),
-# and a solve may end first (the dense Lasso in 5 rounds), so the loop reads the stale gaps from the
-# data until it has read about as much as G costs (GRAM_AFTER times the estimate), then builds G:
-# a ski rental, at most twice the better choice's cost. The estimate, in entries of a data pass: a
-# sample's pair of nonzeros costs 2 (the sparse kernel's scattered adds; w8a: 2.2 ns a pair, the gap
-# kernel 1.1 ns an entry), a pair of a dense one 0.15 (BLAS, one thread: 0.046 ns, the gap kernel 0.31)
-GRAM_AFTER = 1.0
-PAIR_COST = {True: 2.0, False: 0.15}
-
-
-def uses_gram(solver, problem):
-    """Whether the compiled loop may keep the stale dots from the Gram matrix (see GRAM)."""
-    if GRAM is False or problem.dual_form or problem.on_disk or solver.device != "cpu":
-        return False
-    if GRAM == "auto" and solver.refresh == "all":
-        return False
-    n = problem.n_coords
-    return 8 * n * n <= GRAM_BYTES_SHARE * int(problem.coord_bytes.sum())
-
-
-@njit(nogil=True, cache=True)
-def _sparse_gram(indptr, indices, data, n):
-    """A A^T for A (n x m) given sample-major (CSR of A^T): each sample's outer product of its
-    nonzeros, the upper triangle accumulated, then mirrored."""
-    G = np.zeros((n, n))
-    for r in range(indptr.shape[0] - 1):
-        lo, hi = indptr[r], indptr[r + 1]
-        for k in range(lo, hi):
-            i = indices[k]
-            x = np.float64(data[k])
-            for e in range(k, hi):
-                j = indices[e]
-                if j >= i:
-                    G[i, j] += x * np.float64(data[e])
-                else:
-                    G[j, i] += x * np.float64(data[e])
-    for i in range(n):
-        for j in range(i + 1, n):
-            G[j, i] = G[i, j]
-    return G
-
-
-def gram_after(problem, stale_share):
-    """The rounds after which the loop builds G (see GRAM_AFTER): G's estimated cost over the
-    stale entries a round reads (``stale_share`` of the data's)."""
-    A = problem.A
-    if problem.sparse:
-        per_sample = np.bincount(A.indices, minlength=A.shape[1]).astype(np.float64)  # nonzeros of each sample
-        pairs, entries = float((per_sample * (per_sample + 1) / 2).sum()), float(A.nnz)
-    else:
-        n, m = A.shape
-        pairs, entries = m * n * (n + 1) / 2, float(n * m)
-    return int(np.ceil(GRAM_AFTER * PAIR_COST[bool(problem.sparse)] * pairs / max(1.0, stale_share * entries)))
-
-
-def gram_matrix(problem):
-    """G = A A^T of the coordinates (float64, n x n): for sparse data from the samples' nonzeros
-    (w8a[20000], 300 features: 7 ms with the transpose, scipy's A @ A.T 21 ms), for dense data BLAS."""
-    A = problem.A
-    if problem.sparse:
-        T = A.T.tocsr()
-        return _sparse_gram(T.indptr, T.indices, T.data, problem.n_coords)
-    A64 = np.asarray(A, dtype=np.float64)
-    return A64 @ A64.T
 
 
 def routes(solver, problem, rset):
@@ -192,99 +106,6 @@ def _lap_total(clock, code, t_start, timed):
     if timed:
         clock[len(PARTS) - 1] += _clock(timed) - t_start
     return code
-
-
-@_loop_kernel
-def _certify(A, stale, a, z, off, mu, c, b, theta, tight, l1, carry_dual, gaps, s, counters, out_g, out_s):
-    """The stale gaps refreshed at the state (a, z, off); with the others (fresh) its
-    certificate (P_form, D_form, gap), dual_best updated in counters[7]."""
-    n_stale = stale.shape[0]
-    _gaps(A, stale, a, z, off, mu, c, theta, out_g[:n_stale], out_s[:n_stale])
-    for j in range(n_stale):
-        gaps[stale[j]] = out_g[j]
-        s[stale[j]] = out_s[j]
-    s_max = 0.0
-    for i in range(gaps.shape[0]):
-        s_max = max(s_max, abs(s[i]))
-    q, ub = residual_stats(z, c * off[0], b)
-    primal, dual, gap, dual_best = form_certificate(q, ub, c, cpu.sum_g(a, theta), _pairwise(gaps),
-                                                    s_max if tight else 0.0, l1, tight,
-                                                    counters[7] if carry_dual else -np.inf)
-    counters[7] = dual_best
-    return primal, dual, gap
-
-
-# the Gram matrix's state (run_swap_slice's ``gram``): gstate entries (G_AT: the round after which
-# the loop returns (4) for the caller to build G; 0: none)
-G_ON, G_EVERY, G_SINCE, G_DRIFT, G_ANCHORS, G_ROWS, G_AT = range(7)
-
-
-@_loop_kernel
-def _gram_certify(A, G, everyone, stale, a, z, off, mu, c, b, theta, tight, l1, carry_dual, gaps, s, counters,
-                  dots, a_ref, zero_off, gstate, out_g, out_s, anchor):
-    """_certify with the stale s_i = <A_i, z> - c off m mu_i from ``dots`` (dots_i = <A_i, z> at the
-    state a_ref) brought to the state a by the Gram matrix G = A A^T: z moved by c (a_j - a_ref_j) A_j
-    for every j updated since (the kernels' update), so dots_i moves by c (a_j - a_ref_j) G[j, i].
-    With ``anchor`` the dots are read from the data instead (every coordinate: one pass over A), and
-    how far the Gram's dots had drifted from them (max |difference| over max |dot|) is kept in
-    gstate[G_DRIFT]. The best dual value of the rows is carried (counters[7]) as by _certify: a
-    Gram row's within its dots' rounding of its state's (tests/solvers/duhl/test_gram.py)."""
-    n = a.shape[0]
-    for j in range(n):
-        d = a[j] - a_ref[j]
-        if d != 0.0:
-            cd = c * d
-            for i in range(n):
-                dots[i] += cd * G[j, i]
-            a_ref[j] = a[j]
-    if anchor:
-        _gaps(A, everyone, a, z, zero_off, mu, c, theta, out_g, out_s)  # out_s: <A_i, z> (off 0: no shift)
-        top, diff = 0.0, 0.0
-        for i in range(n):
-            top = max(top, abs(out_s[i]))
-            diff = max(diff, abs(out_s[i] - dots[i]))
-            dots[i] = out_s[i]
-        if gstate[G_ANCHORS] > 0 and top > 0:
-            gstate[G_DRIFT] = max(gstate[G_DRIFT], diff / top)
-        gstate[G_ANCHORS] += 1
-        gstate[G_SINCE] = 0.0
-    else:
-        gstate[G_SINCE] += 1.0
-        gstate[G_ROWS] += 1.0
-    shift = c * off[0] * z.shape[0]
-    for j in range(stale.shape[0]):
-        i = stale[j]
-        s[i] = dots[i] - shift * mu[i]
-        gaps[i] = coord_gap(theta, a[i], s[i])
-    s_max = 0.0
-    for i in range(gaps.shape[0]):
-        s_max = max(s_max, abs(s[i]))
-    q, ub = residual_stats(z, c * off[0], b)
-    primal, dual, gap, dual_best = form_certificate(q, ub, c, cpu.sum_g(a, theta), _pairwise(gaps),
-                                                    s_max if tight else 0.0, l1, tight,
-                                                    counters[7] if carry_dual else -np.inf)
-    counters[7] = dual_best
-    return primal, dual, gap
-
-
-@_loop_kernel
-def _round_certify(A, G, everyone, stale, a, z, off, mu, c, b, theta, tight, l1, carry_dual, gaps, s, counters,
-                   dots, a_ref, zero_off, gstate, out_g, out_s, tol_abs):
-    """The round's certificate: from the data (_certify) without the Gram matrix; with it from the
-    Gram's dots, from the data every gstate[G_EVERY] rows and always for a gap at or below tol_abs
-    (the row that stops the solve comes from a data pass)."""
-    if gstate[G_ON] == 0.0:
-        return _certify(A, stale, a, z, off, mu, c, b, theta, tight, l1, carry_dual, gaps, s, counters, out_g,
-                        out_s)
-    anchor = gstate[G_SINCE] + 1.0 >= gstate[G_EVERY]
-    carried = counters[7]
-    primal, dual, gap = _gram_certify(A, G, everyone, stale, a, z, off, mu, c, b, theta, tight, l1, carry_dual,
-                                      gaps, s, counters, dots, a_ref, zero_off, gstate, out_g, out_s, anchor)
-    if gap <= tol_abs and not anchor:
-        counters[7] = carried  # the stopping row's dual point from the data, not from this state's Gram dots
-        primal, dual, gap = _gram_certify(A, G, everyone, stale, a, z, off, mu, c, b, theta, tight, l1, carry_dual,
-                                          gaps, s, counters, dots, a_ref, zero_off, gstate, out_g, out_s, True)
-    return primal, dual, gap
 
 
 @_loop_kernel
@@ -502,7 +323,7 @@ def solve_compiled_swaps(solver, problem, rset, a, z, off, rng, trace, t0, itera
     # can pay: their dual step reads u three times a round (see PROOF_SHARE)
     stale_bytes = int(coord_bytes.sum()) - int(rset.capacity_bytes)
     pays = 3 * z.nbytes <= PROOF_SHARE * stale_bytes
-    gram_on = uses_gram(solver, problem)  # G built after gstate[G_AT] rounds; the proofs stop then
+    gram_on = gram.uses_gram(solver, problem)  # G built after gstate[G_AT] rounds; the proofs stop then
     proving = solver.refresh == "auto" and pays and problem.model.zero_gap is not None
     mu_abs = np.abs(problem.mu)
     proof = (bool(proving), bool(np.any(mu_abs)))
@@ -511,10 +332,10 @@ def solve_compiled_swaps(solver, problem, rset, a, z, off, rng, trace, t0, itera
     # the Gram matrix (built in the solve: part of its time, after gstate[G_AT] rounds) and its state
     # (see _round_certify)
     gstate = np.zeros(7)
-    gstate[G_EVERY] = float(ANCHOR_EVERY)
+    gstate[G_EVERY] = float(gram.ANCHOR_EVERY)
     if gram_on:
-        gstate[G_AT] = max(1, gram_after(problem, stale_bytes / max(1, int(coord_bytes.sum()))))
-    gram = (np.zeros((0, 0)), np.zeros(n), a.copy(), gstate)
+        gstate[G_AT] = max(1, gram.gram_after(problem, stale_bytes / max(1, int(coord_bytes.sum()))))
+    gram_state = (np.zeros((0, 0)), np.zeros(n), a.copy(), gstate)
     status = None
     while status is None:
         deadline = time.perf_counter() + slice_s
@@ -524,7 +345,7 @@ def solve_compiled_swaps(solver, problem, rset, a, z, off, rng, trace, t0, itera
         code = run_swap_slice(full, block, row_coord, pos, coord_bytes, *scalars, a, z, off, problem.mu, problem.sqnorm,
                               problem.c, problem.b, problem.theta, tight, l1, carry, tol_abs, max_updates, deadline,
                               *loop_params, rng, child, gaps, s, resident, counters, history, iterates, clock,
-                              proof, proof_arrays, gram)
+                              proof, proof_arrays, gram_state)
         for t, updates, P, D, gap, rnd, bytes_h2d, swaps, n_resident in history[: int(counters[4])]:
             record(rnd, t - t0, updates, P, D, gap, bytes_h2d, swaps, n_resident)
         if code == 1:
@@ -532,10 +353,10 @@ def solve_compiled_swaps(solver, problem, rset, a, z, off, rng, trace, t0, itera
         elif code == 2:
             status = "max_epochs"
         elif code == 4:  # the Gram matrix now: the next row anchors its dots (a data pass)
-            gram = (gram_matrix(problem), gram[1], a.copy(), gstate)
+            gram_state = (gram.gram_matrix(problem), gram_state[1], a.copy(), gstate)
             proof = (False, proof[1])  # every stale gap from the dots: none proven (their gaps are 0, valid)
             proof_arrays[4][:] = False
-            gstate[G_ON], gstate[G_AT], gstate[G_SINCE] = 1.0, 0.0, float(ANCHOR_EVERY)
+            gstate[G_ON], gstate[G_AT], gstate[G_SINCE] = 1.0, 0.0, float(gram.ANCHOR_EVERY)
         elif solver.max_time is not None and time.perf_counter() - t0 >= solver.max_time:
             status = "max_time"
     _hand_back(rset, problem, block, row_coord, resident, counters)

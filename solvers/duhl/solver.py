@@ -89,7 +89,7 @@ class DuHL:
         solvers.duhl.compiled_swaps.routes) runs a compiled round loop; there, with "auto",
         the Lasso family (Lasso, ElasticNet, Ridge) whose Gram matrix X^T X takes at most the
         data's bytes refreshes the stale gaps from it instead of the data, once the stale
-        reads have cost about as much as building it (compiled_swaps.GRAM; the data is
+        reads have cost about as much as building it (solvers.duhl.gram.GRAM; the data is
         still read every 16 rows and for the row that stops the solve).
     host_budget : None, float in (0, 1] or str
         Data on disk (a problem from solvers.glm.problems.make_problem_on_disk):

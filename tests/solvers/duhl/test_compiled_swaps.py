@@ -7,6 +7,8 @@ import pytest
 
 import glm_oracles as go
 import solvers.duhl.compiled_swaps as compiled
+import solvers.duhl.gram as gram_module
+from solvers.duhl.compiled_parts import _pairwise
 import solvers.duhl.solver as duhl_module
 from solvers.duhl.solver import DuHL
 from solvers.glm.problems import make_problem
@@ -159,7 +161,7 @@ def test_pairwise_sum_is_numpys():
     rng = np.random.default_rng(0)
     for n in (0, 1, 7, 8, 9, 127, 128, 129, 255, 256, 1000, 8193, 100_003):
         x = rng.standard_normal(n) * np.exp(5 * rng.standard_normal(n))
-        assert compiled._pairwise(x) == float(x.sum()), n
+        assert _pairwise(x) == float(x.sum()), n
 
 
 @pytest.mark.parametrize("n", [1, 10, 40, 300, 5000, 20000])
@@ -200,7 +202,7 @@ def test_proofs_keep_every_certified_gap_valid(case_factory, model, sparse, monk
     have moved: solvers.duhl.gap_memory); every row still certifies, its gap P - D of its own
     state written out in glm_oracles, and the proofs did cover coordinates."""
     monkeypatch.setattr(compiled, "PROOF_SHARE", np.inf)  # proofs however small the data
-    monkeypatch.setattr(compiled, "GRAM", False)  # the Lasso's stale gaps from the data (a Gram stops the proofs)
+    monkeypatch.setattr(gram_module, "GRAM", False)  # the Lasso's stale gaps from the data (a Gram stops the proofs)
     seen = []
     real = compiled.run_swap_slice
 

@@ -1,0 +1,182 @@
+"""The compiled swap loop's certificates (solvers.duhl.compiled_swaps): a round's start state
+certified from the data (``_certify``) or, for the Lasso family with few coordinates, from dots
+<A_i, z> kept by the Gram matrix G = A A^T (``_gram_certify``, ``_round_certify``), and the host's
+side of G: where it applies, when to build it, how.
+"""
+
+import numpy as np
+from numba import njit
+
+from solvers.duhl.compiled_parts import _pairwise, loop_kernel
+from solvers.duhl.inmemory import _gaps
+from solvers.glm.certificates import form_certificate, residual_stats
+from solvers.glm.models import coord_gap
+from solvers.kernels import cpu
+
+# the Lasso family (coordinates = features) with the data in RAM: refresh "auto" keeps the stale
+# gaps' dots <A_i, z> up to date from the Gram matrix A A^T (|stale| x |changed| flops a round, not
+# a read of the stale data; scikit-learn's Lasso uses a precomputed Gram the same way), when G is at
+# most GRAM_BYTES_SHARE of the data's bytes (8 p^2: few coordinates); True: also with refresh "all"
+# (whose default reads every stale gap from the data: the Python loop's twin); False: never
+GRAM = "auto"
+GRAM_BYTES_SHARE = 1.0
+# rows between two data passes that re-anchor the dots (and measure the Gram's drift, gstate[G_DRIFT]);
+# the row that stops the solve always comes from a data pass
+ANCHOR_EVERY = 16
+# G costs many rounds' stale reads (w8a[20000] Lasso: 24 passes over the data; dense 2000x1000: 75),
+# and a solve may end first (the dense Lasso in 5 rounds), so the loop reads the stale gaps from the
+# data until it has read about as much as G costs (GRAM_AFTER times the estimate), then builds G:
+# a ski rental, at most twice the better choice's cost. The estimate, in entries of a data pass: a
+# sample's pair of nonzeros costs 2 (the sparse kernel's scattered adds; w8a: 2.2 ns a pair, the gap
+# kernel 1.1 ns an entry), a pair of a dense one 0.15 (BLAS, one thread: 0.046 ns, the gap kernel 0.31)
+GRAM_AFTER = 1.0
+PAIR_COST = {True: 2.0, False: 0.15}
+
+
+def uses_gram(solver, problem):
+    """Whether the compiled loop may keep the stale dots from the Gram matrix (see GRAM)."""
+    if GRAM is False or problem.dual_form or problem.on_disk or solver.device != "cpu":
+        return False
+    if GRAM == "auto" and solver.refresh == "all":
+        return False
+    n = problem.n_coords
+    return 8 * n * n <= GRAM_BYTES_SHARE * int(problem.coord_bytes.sum())
+
+
+@njit(nogil=True, cache=True)
+def _sparse_gram(indptr, indices, data, n):
+    """A A^T for A (n x m) given sample-major (CSR of A^T): each sample's outer product of its
+    nonzeros, the upper triangle accumulated, then mirrored."""
+    G = np.zeros((n, n))
+    for r in range(indptr.shape[0] - 1):
+        lo, hi = indptr[r], indptr[r + 1]
+        for k in range(lo, hi):
+            i = indices[k]
+            x = np.float64(data[k])
+            for e in range(k, hi):
+                j = indices[e]
+                if j >= i:
+                    G[i, j] += x * np.float64(data[e])
+                else:
+                    G[j, i] += x * np.float64(data[e])
+    for i in range(n):
+        for j in range(i + 1, n):
+            G[j, i] = G[i, j]
+    return G
+
+
+def gram_after(problem, stale_share):
+    """The rounds after which the loop builds G (see GRAM_AFTER): G's estimated cost over the
+    stale entries a round reads (``stale_share`` of the data's)."""
+    A = problem.A
+    if problem.sparse:
+        per_sample = np.bincount(A.indices, minlength=A.shape[1]).astype(np.float64)  # nonzeros of each sample
+        pairs, entries = float((per_sample * (per_sample + 1) / 2).sum()), float(A.nnz)
+    else:
+        n, m = A.shape
+        pairs, entries = m * n * (n + 1) / 2, float(n * m)
+    return int(np.ceil(GRAM_AFTER * PAIR_COST[bool(problem.sparse)] * pairs / max(1.0, stale_share * entries)))
+
+
+def gram_matrix(problem):
+    """G = A A^T of the coordinates (float64, n x n): for sparse data from the samples' nonzeros
+    (w8a[20000], 300 features: 7 ms with the transpose, scipy's A @ A.T 21 ms), for dense data BLAS."""
+    A = problem.A
+    if problem.sparse:
+        T = A.T.tocsr()
+        return _sparse_gram(T.indptr, T.indices, T.data, problem.n_coords)
+    A64 = np.asarray(A, dtype=np.float64)
+    return A64 @ A64.T
+
+
+@loop_kernel
+def _certify(A, stale, a, z, off, mu, c, b, theta, tight, l1, carry_dual, gaps, s, counters, out_g, out_s):
+    """The stale gaps refreshed at the state (a, z, off); with the others (fresh) its
+    certificate (P_form, D_form, gap), dual_best updated in counters[7]."""
+    n_stale = stale.shape[0]
+    _gaps(A, stale, a, z, off, mu, c, theta, out_g[:n_stale], out_s[:n_stale])
+    for j in range(n_stale):
+        gaps[stale[j]] = out_g[j]
+        s[stale[j]] = out_s[j]
+    s_max = 0.0
+    for i in range(gaps.shape[0]):
+        s_max = max(s_max, abs(s[i]))
+    q, ub = residual_stats(z, c * off[0], b)
+    primal, dual, gap, dual_best = form_certificate(q, ub, c, cpu.sum_g(a, theta), _pairwise(gaps),
+                                                    s_max if tight else 0.0, l1, tight,
+                                                    counters[7] if carry_dual else -np.inf)
+    counters[7] = dual_best
+    return primal, dual, gap
+
+
+# the Gram matrix's state (run_swap_slice's ``gram``): gstate entries (G_AT: the round after which
+# the loop returns (4) for the caller to build G; 0: none)
+G_ON, G_EVERY, G_SINCE, G_DRIFT, G_ANCHORS, G_ROWS, G_AT = range(7)
+
+
+@loop_kernel
+def _gram_certify(A, G, everyone, stale, a, z, off, mu, c, b, theta, tight, l1, carry_dual, gaps, s, counters,
+                  dots, a_ref, zero_off, gstate, out_g, out_s, anchor):
+    """_certify with the stale s_i = <A_i, z> - c off m mu_i from ``dots`` (dots_i = <A_i, z> at the
+    state a_ref) brought to the state a by the Gram matrix G = A A^T: z moved by c (a_j - a_ref_j) A_j
+    for every j updated since (the kernels' update), so dots_i moves by c (a_j - a_ref_j) G[j, i].
+    With ``anchor`` the dots are read from the data instead (every coordinate: one pass over A), and
+    how far the Gram's dots had drifted from them (max |difference| over max |dot|) is kept in
+    gstate[G_DRIFT]. The best dual value of the rows is carried (counters[7]) as by _certify: a
+    Gram row's within its dots' rounding of its state's (tests/solvers/duhl/test_gram.py)."""
+    n = a.shape[0]
+    for j in range(n):
+        d = a[j] - a_ref[j]
+        if d != 0.0:
+            cd = c * d
+            for i in range(n):
+                dots[i] += cd * G[j, i]
+            a_ref[j] = a[j]
+    if anchor:
+        _gaps(A, everyone, a, z, zero_off, mu, c, theta, out_g, out_s)  # out_s: <A_i, z> (off 0: no shift)
+        top, diff = 0.0, 0.0
+        for i in range(n):
+            top = max(top, abs(out_s[i]))
+            diff = max(diff, abs(out_s[i] - dots[i]))
+            dots[i] = out_s[i]
+        if gstate[G_ANCHORS] > 0 and top > 0:
+            gstate[G_DRIFT] = max(gstate[G_DRIFT], diff / top)
+        gstate[G_ANCHORS] += 1
+        gstate[G_SINCE] = 0.0
+    else:
+        gstate[G_SINCE] += 1.0
+        gstate[G_ROWS] += 1.0
+    shift = c * off[0] * z.shape[0]
+    for j in range(stale.shape[0]):
+        i = stale[j]
+        s[i] = dots[i] - shift * mu[i]
+        gaps[i] = coord_gap(theta, a[i], s[i])
+    s_max = 0.0
+    for i in range(gaps.shape[0]):
+        s_max = max(s_max, abs(s[i]))
+    q, ub = residual_stats(z, c * off[0], b)
+    primal, dual, gap, dual_best = form_certificate(q, ub, c, cpu.sum_g(a, theta), _pairwise(gaps),
+                                                    s_max if tight else 0.0, l1, tight,
+                                                    counters[7] if carry_dual else -np.inf)
+    counters[7] = dual_best
+    return primal, dual, gap
+
+
+@loop_kernel
+def _round_certify(A, G, everyone, stale, a, z, off, mu, c, b, theta, tight, l1, carry_dual, gaps, s, counters,
+                   dots, a_ref, zero_off, gstate, out_g, out_s, tol_abs):
+    """The round's certificate: from the data (_certify) without the Gram matrix; with it from the
+    Gram's dots, from the data every gstate[G_EVERY] rows and always for a gap at or below tol_abs
+    (the row that stops the solve comes from a data pass)."""
+    if gstate[G_ON] == 0.0:
+        return _certify(A, stale, a, z, off, mu, c, b, theta, tight, l1, carry_dual, gaps, s, counters, out_g,
+                        out_s)
+    anchor = gstate[G_SINCE] + 1.0 >= gstate[G_EVERY]
+    carried = counters[7]
+    primal, dual, gap = _gram_certify(A, G, everyone, stale, a, z, off, mu, c, b, theta, tight, l1, carry_dual,
+                                      gaps, s, counters, dots, a_ref, zero_off, gstate, out_g, out_s, anchor)
+    if gap <= tol_abs and not anchor:
+        counters[7] = carried  # the stopping row's dual point from the data, not from this state's Gram dots
+        primal, dual, gap = _gram_certify(A, G, everyone, stale, a, z, off, mu, c, b, theta, tight, l1, carry_dual,
+                                          gaps, s, counters, dots, a_ref, zero_off, gstate, out_g, out_s, True)
+    return primal, dual, gap
