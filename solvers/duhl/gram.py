@@ -90,14 +90,9 @@ def gram_matrix(problem):
 
 
 @loop_kernel
-def _certify(A, stale, a, z, off, mu, c, b, theta, tight, l1, carry_dual, gaps, s, counters, out_g, out_s):
-    """The stale gaps refreshed at the state (a, z, off); with the others (fresh) its
-    certificate (P_form, D_form, gap), dual_best updated in counters[7]."""
-    n_stale = stale.shape[0]
-    _gaps(A, stale, a, z, off, mu, c, theta, out_g[:n_stale], out_s[:n_stale])
-    for j in range(n_stale):
-        gaps[stale[j]] = out_g[j]
-        s[stale[j]] = out_s[j]
+def _state_row(a, z, off, c, b, theta, tight, l1, carry_dual, gaps, s, counters):
+    """(P_form, D_form, gap) of the state whose every gap and s are in ``gaps`` and ``s``; the
+    best dual value of the rows carried in counters[7]."""
     s_max = 0.0
     for i in range(gaps.shape[0]):
         s_max = max(s_max, abs(s[i]))
@@ -107,6 +102,18 @@ def _certify(A, stale, a, z, off, mu, c, b, theta, tight, l1, carry_dual, gaps, 
                                                     counters[7] if carry_dual else -np.inf)
     counters[7] = dual_best
     return primal, dual, gap
+
+
+@loop_kernel
+def _certify(A, stale, a, z, off, mu, c, b, theta, tight, l1, carry_dual, gaps, s, counters, out_g, out_s):
+    """The stale gaps refreshed at the state (a, z, off); with the others (fresh) its
+    certificate (P_form, D_form, gap), dual_best updated in counters[7]."""
+    n_stale = stale.shape[0]
+    _gaps(A, stale, a, z, off, mu, c, theta, out_g[:n_stale], out_s[:n_stale])
+    for j in range(n_stale):
+        gaps[stale[j]] = out_g[j]
+        s[stale[j]] = out_s[j]
+    return _state_row(a, z, off, c, b, theta, tight, l1, carry_dual, gaps, s, counters)
 
 
 # the Gram matrix's state (run_swap_slice's ``gram``): gstate entries (G_AT: the round after which
@@ -151,15 +158,7 @@ def _gram_certify(A, G, everyone, stale, a, z, off, mu, c, b, theta, tight, l1, 
         i = stale[j]
         s[i] = dots[i] - shift * mu[i]
         gaps[i] = coord_gap(theta, a[i], s[i])
-    s_max = 0.0
-    for i in range(gaps.shape[0]):
-        s_max = max(s_max, abs(s[i]))
-    q, ub = residual_stats(z, c * off[0], b)
-    primal, dual, gap, dual_best = form_certificate(q, ub, c, cpu.sum_g(a, theta), _pairwise(gaps),
-                                                    s_max if tight else 0.0, l1, tight,
-                                                    counters[7] if carry_dual else -np.inf)
-    counters[7] = dual_best
-    return primal, dual, gap
+    return _state_row(a, z, off, c, b, theta, tight, l1, carry_dual, gaps, s, counters)
 
 
 @loop_kernel
