@@ -33,10 +33,10 @@ import time
 
 import numpy as np
 
+from solvers.duhl import gram
 from solvers.duhl.compiled_parts import (_block_gaps, _clock, _now, _proven, _round_pass, _row, _select,
                                          _step, _swap_in)
-from solvers.duhl import gram
-from solvers.duhl.compiled_parts import loop_kernel as _loop_kernel
+from solvers.duhl.compiled_parts import loop_kernel as _loop_kernel  # its old name here
 from solvers.duhl.gap_select import _next_block
 from solvers.duhl.gram import G_AT, G_EVERY, G_ON, G_SINCE, _round_certify
 from solvers.duhl.gap_memory import MARGIN, ROUNDING
