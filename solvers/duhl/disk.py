@@ -21,12 +21,10 @@ of the coordinates on this project's machine, against about 1 GB/s here). So:
 - ``max_hole``: two wanted coordinates at most this many bytes apart share a request too;
   the hole between them is read into a scratch buffer and dropped (and counted: the disk
   read it): fewer requests for more bytes. It pays where requests, not bytes, bound the
-  rate; on this project's machine, with 16 requests in flight, it does not (0.9-1.1x the
-  rate of useful bytes for holes of one 40 KB row, 0.6-1x for 320 KB columns:
-  pipelines.bench.disk_reads), so it is off (0) by default.
-- ``scale``: each coordinate multiplied by its own factor as it lands, in the reader's
-  threads, in the bounce buffer's copy where there is one (the dual models' rows y_i x_i from
-  the plain X, with y_i = +-1: exact).
+  rate; here, with 16 requests in flight, it does not (0.9-1.1x the rate of useful bytes for
+  holes of a 40 KB row, 0.6-1x for 320 KB columns: pipelines.bench.disk_reads): off by default.
+- ``scale``: each coordinate multiplied by its own factor as it lands, in the reader's threads
+  (in the bounce buffer's copy if any): the dual models' rows y_i x_i from X (y_i = +-1: exact).
 
 NumPy and the standard library only; Linux (O_DIRECT, posix_fadvise, /proc/self/mounts).
 """
@@ -120,7 +118,7 @@ class DiskMatrix:
         # the holes' bytes land here (every hole of every request: they are never read back)
         self._scratch = memoryview(mmap.mmap(-1, -(-self.max_hole // PAGE) * PAGE)) if self.max_hole else None
         self.bytes_read, self.read_s, self.useful_bytes = 0, 0.0, 0
-        self._in_flight, self._busy_since = 0, 0.0  # read_s: the union of the calls' spans, not their sum
+        self._in_flight, self._busy_since, self._idle_since = 0, 0.0, 0.0  # read_s: the calls' spans' union
         self._fd, self._lock, self._tls = fd, threading.Lock(), threading.local()
         self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="diskmatrix")
         self._finalizer = weakref.finalize(self, release, self._pool, fd)
@@ -360,8 +358,8 @@ class DiskMatrix:
             fut.set_result(stats)
             return fut
         with self._lock:  # the disk is busy from the first call in flight to the last one's end
-            if self._in_flight == 0:
-                self._busy_since = t0
+            if self._in_flight == 0:  # a call started before the last period ended counts from its end
+                self._busy_since = max(t0, self._idle_since)
             self._in_flight += 1
         queue, lock = iter(reqs), threading.Lock()
         state = {"left": min(self.threads, len(reqs)), "bytes": 0, "error": None}
@@ -383,12 +381,14 @@ class DiskMatrix:
                 if state["left"]:
                     return
             stats.bytes_read, stats.requests = state["bytes"], len(reqs)
-            stats.seconds = time.perf_counter() - t0
-            with self._lock:
+            with self._lock:  # the end read under the lock: no other call's start slips in before it
+                end = time.perf_counter()
+                stats.seconds = end - t0
                 self.bytes_read += stats.bytes_read
                 self._in_flight -= 1
                 if self._in_flight == 0:  # overlapping calls (a read-ahead beside a refresh) count once
-                    self.read_s += t0 + stats.seconds - self._busy_since
+                    self.read_s += end - self._busy_since
+                    self._idle_since = end
                 self.useful_bytes += stats.useful_bytes if state["error"] is None else 0
             if state["error"] is not None:
                 fut.set_exception(state["error"])

@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -216,6 +217,38 @@ def test_concurrent_prefetches_and_counters(stores):
         one = m.read_into(sels[1], outs[1])
         assert m.read_s - before == pytest.approx(one.seconds)
 
+
+
+class _SlowInWorkers:
+    """A lock that makes the reader's threads wait before taking it (a busy machine's GIL)."""
+
+    def __init__(self, wait):
+        self.wait, self.lock, self.main = wait, threading.Lock(), threading.main_thread()
+
+    def __enter__(self):
+        if threading.current_thread() is not self.main:
+            time.sleep(self.wait)
+        self.lock.acquire()
+
+    def __exit__(self, *exc):
+        self.lock.release()
+
+
+def test_read_s_counts_no_idle_stretch_between_calls(stores):
+    """A call that ends while the next one starts: its end is read under the lock, so the
+    stretch between a call's last read and the next call's start is not counted as busy
+    (a CI run counted it: read_s exceeded the calls' summed seconds by 40 us)."""
+    path, M = stores["writer C odd"]
+    with DiskMatrix(path, threads=1) as m:
+        m._lock = _SlowInWorkers(0.05)
+        outs = [aligned_empty((1, M.shape[1])) for _ in range(2)]
+        start = time.perf_counter()
+        first = m.prefetch([0], outs[0])
+        time.sleep(0.02)  # the first call has read its row and waits for the lock
+        second = m.prefetch([1], outs[1])
+        stats = [first.result(), second.result()]
+        wall = time.perf_counter() - start
+        assert max(s.seconds for s in stats) <= m.read_s <= min(wall, sum(s.seconds for s in stats)) + 1e-9
 
 # ------------------------------------------------------ accounting, cache ---
 @pytest.mark.parametrize("direct,threads", [(None, 4), (None, 16), (False, 1), (False, 4)])
