@@ -34,6 +34,7 @@ import numpy as np
 import solvers.duhl.compiled_swaps as compiled_swaps
 import solvers.duhl.solver as duhl_solver
 from pipelines.bench.peers import problems, time_to
+from solvers.duhl import gram
 from solvers.duhl.solver import DuHL
 
 TARGET = 1e-6
@@ -48,20 +49,22 @@ ARMS = {  # name: (memory_budget (None, or --budget), refresh, which loop: None 
     "routed 3": (0.25, "auto", None, 3),
     "routed 4": (0.25, "auto", None, 4),
     "routed 8": (0.25, "auto", None, 8),
+    "routed data epochs": (0.25, "auto", None, 1),  # the block's epochs read it (gram.GRAM_EPOCHS off)
 }
 
 
 def run(problem, arm, seed, max_epochs=100000, max_time=30.0, share=0.25):
     budget, refresh, compiled, local_epochs = ARMS[arm]
     budget = budget and share
-    routes = duhl_solver.routes
+    routes, gram_epochs = duhl_solver.routes, gram.GRAM_EPOCHS
     if compiled is not None:
         duhl_solver.routes = lambda *args: compiled
+    gram.GRAM_EPOCHS = arm != "routed data epochs"
     try:
         return DuHL(memory_budget=budget, refresh=refresh, local_epochs=local_epochs, tol=TARGET,
                     max_epochs=max_epochs, max_time=max_time, random_state=seed).solve(problem)
     finally:
-        duhl_solver.routes = routes
+        duhl_solver.routes, gram.GRAM_EPOCHS = routes, gram_epochs
 
 
 def round_parts(problem, repeats, share):

@@ -38,7 +38,7 @@ from solvers.duhl.compiled_parts import (_block_gaps, _clock, _now, _proven, _ro
                                          _step, _swap_in)
 from solvers.duhl.compiled_parts import loop_kernel as _loop_kernel  # its old name here
 from solvers.duhl.gap_select import _next_block
-from solvers.duhl.gram import G_AT, G_EVERY, G_ON, G_SINCE, _round_certify
+from solvers.duhl.gram import G_AT, G_EPOCHS, G_EVERY, G_ON, G_SINCE, _gram_block_end, _gram_epoch, _round_certify
 from solvers.duhl.gap_memory import MARGIN, ROUNDING
 from solvers.duhl.inmemory import _epoch
 from solvers.duhl.swaps import MAX_PASSES_PER_ROUND, _child, round_epochs
@@ -138,6 +138,7 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
     block = np.empty(n + 1, dtype=np.int64)  # + 1: the pass below writes one past the block
     out_g = np.empty(n)
     out_s = np.empty(n)
+    t_gram = np.empty(n)  # the block's <A_i, z> in its epochs from G (gram.py)
     keys = np.empty(n, dtype=np.uint64)
     timed = 0 if clock.shape[0] < len(PARTS) else (2 if clock.shape[0] > len(PARTS) else 1)
     proving, centred = proof
@@ -215,6 +216,7 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
             visit[:m] = positions[:m]
         counters[1] += 1
         t = _lap(clock, 5, t, timed)
+        on_gram = gstate[G_ON] * gstate[G_EPOCHS] == 1.0 and counters[8] == 0.0  # dots fresh below: epochs from G
         if counters[8] == 0.0:  # the stale gaps at the start state: with the block's, its certificate
             primal, dual, gap = _round_certify(A, G, everyone, stale[:n_stale], a, z, off, mu, c, b, theta, tight,
                                                l1, carry_dual, gaps, s, counters, dots, a_ref, zero_off, gstate,
@@ -227,16 +229,25 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
         if proving:
             z_old[:] = z
             shift_old = c * off[0] * z.shape[0]
+        for j in range(m if on_gram else 0):
+            t_gram[block[j]] = dots[block[j]]
         for _ in range(passes):  # rng.permutation(visit) as the Python loop draws it: a copy, shuffled
             order[:n_active] = visit[:n_active]
             rng.shuffle(order[:n_active])
-            counters[0] += _epoch(B, row_coord, order[:n_active], a, z, off, mu, sqnorm, c, theta)
+            if on_gram:
+                counters[0] += _gram_epoch(G, row_coord, order[:n_active], block[:m], a, off, mu, sqnorm, c, theta,
+                                           t_gram, z.shape[0])
+            else:
+                counters[0] += _epoch(B, row_coord, order[:n_active], a, z, off, mu, sqnorm, c, theta)
         t = _lap(clock, 3, t, timed)
         # the block's gaps at the new state (the others are stale now)
-        _block_gaps(B, positions[:m], block[:m], a, z, off, mu, c, theta, out_g[:m], out_s[:m])
-        for j in range(m):
-            gaps[block[j]] = out_g[j]
-            s[block[j]] = out_s[j]
+        if on_gram:  # z moves by the block's moves, its gaps from t_gram
+            _gram_block_end(B, positions[:m], block[:m], a, a_ref, z, off, mu, c, theta, t_gram, gaps, s)
+        else:
+            _block_gaps(B, positions[:m], block[:m], a, z, off, mu, c, theta, out_g[:m], out_s[:m])
+            for j in range(m):
+                gaps[block[j]] = out_g[j]
+                s[block[j]] = out_s[j]
         counters[8] = 0.0
         if proving:  # how far u moved; the gaps outside the block it proves 0 (GapMemory.moved); the
             u_norm = _step(z_old, z, shift_old, c * off[0] * z.shape[0], centred, path)  # others: next round's stale
@@ -331,8 +342,8 @@ def solve_compiled_swaps(solver, problem, rset, a, z, off, rng, trace, t0, itera
                     np.empty(z.shape[0]))
     # the Gram matrix (built in the solve: part of its time, after gstate[G_AT] rounds) and its state
     # (see _round_certify)
-    gstate = np.zeros(7)
-    gstate[G_EVERY] = float(gram.ANCHOR_EVERY)
+    gstate = np.zeros(8)
+    gstate[G_EVERY], gstate[gram.G_EPOCHS] = float(gram.ANCHOR_EVERY), float(gram.GRAM_EPOCHS)
     if gram_on:
         gstate[G_AT] = max(1, gram.gram_after(problem, stale_bytes / max(1, int(coord_bytes.sum()))))
     gram_state = (np.zeros((0, 0)), np.zeros(n), a.copy(), gstate)

@@ -6,11 +6,12 @@ side of G: where it applies, when to build it, how.
 
 import numpy as np
 from numba import njit
+from numba.extending import overload
 
 from solvers.duhl.compiled_parts import _pairwise, loop_kernel
-from solvers.duhl.inmemory import _gaps
+from solvers.duhl.inmemory import _csr, _gaps
 from solvers.glm.certificates import form_certificate, residual_stats
-from solvers.glm.models import coord_gap
+from solvers.glm.models import coord_gap, coord_update
 from solvers.kernels import cpu
 
 # the Lasso family (coordinates = features) with the data in RAM: refresh "auto" keeps the stale
@@ -30,6 +31,8 @@ ANCHOR_EVERY = 16
 # sample's pair of nonzeros costs 2 (the sparse kernel's scattered adds; w8a: 2.2 ns a pair, the gap
 # kernel 1.1 ns an entry), a pair of a dense one 0.15 (BLAS, one thread: 0.046 ns, the gap kernel 0.31)
 GRAM_AFTER = 1.0
+# with G on, the block's epochs from G too (_gram_epoch); False: from the block's data (benchmarks, tests)
+GRAM_EPOCHS = True
 PAIR_COST = {True: 2.0, False: 0.15}
 
 
@@ -117,8 +120,8 @@ def _certify(A, stale, a, z, off, mu, c, b, theta, tight, l1, carry_dual, gaps, 
 
 
 # the Gram matrix's state (run_swap_slice's ``gram``): gstate entries (G_AT: the round after which
-# the loop returns (4) for the caller to build G; 0: none)
-G_ON, G_EVERY, G_SINCE, G_DRIFT, G_ANCHORS, G_ROWS, G_AT = range(7)
+# the loop returns (4) for the caller to build G; 0: none; G_EPOCHS: 1 for the block's epochs from G)
+G_ON, G_EVERY, G_SINCE, G_DRIFT, G_ANCHORS, G_ROWS, G_AT, G_EPOCHS = range(8)
 
 
 @loop_kernel
@@ -154,8 +157,9 @@ def _gram_certify(A, G, everyone, stale, a, z, off, mu, c, b, theta, tight, l1, 
         gstate[G_SINCE] += 1.0
         gstate[G_ROWS] += 1.0
     shift = c * off[0] * z.shape[0]
-    for j in range(stale.shape[0]):
-        i = stale[j]
+    targets = everyone if anchor else stale  # an anchor: the block's gaps from the data too (_gram_epoch's)
+    for j in range(targets.shape[0]):
+        i = targets[j]
         s[i] = dots[i] - shift * mu[i]
         gaps[i] = coord_gap(theta, a[i], s[i])
     return _state_row(a, z, off, c, b, theta, tight, l1, carry_dual, gaps, s, counters)
@@ -179,3 +183,63 @@ def _round_certify(A, G, everyone, stale, a, z, off, mu, c, b, theta, tight, l1,
         primal, dual, gap = _gram_certify(A, G, everyone, stale, a, z, off, mu, c, b, theta, tight, l1, carry_dual,
                                           gaps, s, counters, dots, a_ref, zero_off, gstate, out_g, out_s, True)
     return primal, dual, gap
+
+
+# ------------------------------------------------------- the block's epochs ---
+# With G and the dots fresh at the round's start (a certificate just brought them to the state a), the
+# block's epochs need no data: coordinate i's s = t_i - c off m mu_i, where t_i = <A_i, z> moves by
+# c d G[j, i] when coordinate j moves by d (m^2 flops an epoch over the block's m coordinates, not a
+# read of its data); z then moves once by the block's moves (one read of the block), and the block's
+# gaps come from t. The same updates in the same order as the kernels' epochs (up to rounding).
+
+
+@loop_kernel
+def _gram_epoch(G, row_coord, order, block, a, off, mu, sqnorm, c, theta, t, n_samples):
+    """An epoch over the block's rows ``order`` (coordinates row_coord[order]) from the dots t,
+    kept up to date for the coordinates ``block``; returns the updates made."""
+    for p in order:
+        i = row_coord[p]
+        ai = a[i]
+        x = coord_update(theta, ai, t[i] - c * off[0] * n_samples * mu[i], c * sqnorm[i])
+        d = x - ai
+        if d != 0.0:
+            cd = c * d
+            for j in block:
+                t[j] += cd * G[i, j]
+            off[0] += d * mu[i]
+            a[i] = x
+    return order.shape[0]
+
+
+def _add_row(B, r, cd, z):
+    """z += cd * row r of the block B (a CSR triple or (rows,))."""
+
+
+@overload(_add_row)
+def _add_row_for(B, r, cd, z):
+    if _csr(B):
+        def sparse(B, r, cd, z):
+            indptr, indices, data = B
+            for k in range(indptr[r], indptr[r + 1]):
+                z[np.uint64(indices[k])] += cd * data[k]
+        return sparse
+
+    def dense(B, r, cd, z):
+        rows = B[0]
+        for k in range(rows.shape[1]):
+            z[k] += cd * rows[r, k]
+    return dense
+
+
+@loop_kernel
+def _gram_block_end(B, positions, block, a, a_ref, z, off, mu, c, theta, t, gaps, s):
+    """After _gram_epoch's epochs: z moved by the block's moves since a_ref (the round's start state:
+    the certificate's), and the block's gaps and s from t."""
+    shift = c * off[0] * z.shape[0]
+    for jj in range(block.shape[0]):
+        i = block[jj]
+        d = a[i] - a_ref[i]
+        if d != 0.0:
+            _add_row(B, positions[jj], c * d, z)
+        s[i] = t[i] - shift * mu[i]
+        gaps[i] = coord_gap(theta, a[i], s[i])

@@ -127,3 +127,77 @@ def test_gram_matrix_is_a_at(case_factory, sparse):
     assert G.dtype == np.float64 and G.shape == (problem.n_coords,) * 2
     np.testing.assert_allclose(G, A @ A.T, rtol=1e-12, atol=1e-12 * np.abs(G).max())
     np.testing.assert_array_equal(G, G.T)
+
+
+@SPARSE
+@FAMILY
+def test_the_blocks_epochs_from_g_take_the_datas_steps(case_factory, model, sparse, monkeypatch):
+    """With G on, the block's epochs run from G (gram._gram_epoch: no read of the block) and z moves
+    once a round: the same coordinate steps as the data's epochs of a run whose epochs read the block
+    (GRAM_EPOCHS False), so while the two runs hold the same blocks (a gap at rounding's level, 0 from
+    one and 1e-18 from the other, may part them near the end: the Lasso's conjugate scales a rounding
+    of s by B = P0 / l1), the same iterates row by row within rounding. Both certify."""
+    problem = _problem(case_factory(model, sparse, np.float64))
+    kw = dict(memory_budget=0.3, tol=1e-9, max_epochs=300, random_state=3, keep_iterates=5000, shrinking=False)
+    with_g, gstate = _solve(problem, monkeypatch, **kw)
+    assert gstate[gram_module.G_ON] == 1 and gstate[gram_module.G_ROWS] >= 5
+    monkeypatch.setattr(gram_module, "GRAM_EPOCHS", False)
+    without, off = _solve(problem, monkeypatch, **kw)
+    assert off[gram_module.G_ON] == 1 and gstate[gram_module.G_EPOCHS] == 1 and off[gram_module.G_EPOCHS] == 0
+    rows = min(len(with_g.trace), len(without.trace))
+    same = np.flatnonzero(with_g.trace.swaps.to_numpy()[:rows] != without.trace.swaps.to_numpy()[:rows])
+    same = int(same[0]) if same.size else rows
+    assert same >= 5
+    scale = np.abs(without.iterates).max()
+    np.testing.assert_allclose(with_g.iterates[:same], without.iterates[:same], rtol=0, atol=1e-10 * scale)
+    np.testing.assert_allclose(with_g.trace.primal[:same], without.trace.primal[:same], rtol=1e-12)
+    assert with_g.status == without.status == "converged"
+    assert with_g.gap <= 1e-9 * problem.P0 and without.gap <= 1e-9 * problem.P0
+
+
+@SPARSE
+@FAMILY
+def test_an_epoch_from_g_is_the_kernels_epoch(case_factory, model, sparse):
+    """One round's epochs on a block from G and the dots (gram._gram_epoch, then _gram_block_end: z
+    moved once, the block's gaps from the dots) against the data kernels' epoch and gap pass
+    (solvers.kernels.cpu) from the same state in the same order: the same coefficients, z, intercept
+    shift, gaps and s within rounding (the cases are centred: off and mu move too)."""
+    from solvers.kernels import cpu
+
+    problem = _problem(case_factory(model, sparse, np.float64))
+    rng = np.random.default_rng(5)
+    a0 = rng.normal(size=problem.n_coords) * (rng.random(problem.n_coords) < 0.5)
+    z0, off0 = problem.state_from(a0)
+    block = np.array([3, 7, 1, 12, 0])
+    positions = np.arange(block.size)
+    order = np.array([2, 0, 4, 3, 1, 0, 2])  # positions; a second visit of some
+    A = problem.A
+    if sparse:
+        rows = A[block].tocsr()
+        B = (rows.indptr.astype(np.int64), rows.indices, rows.data)
+    else:
+        B = (np.ascontiguousarray(A[block]),)
+    assert np.any(problem.mu != 0)
+    G = gram_module.gram_matrix(problem)
+    a, z, off = a0.copy(), z0.copy(), off0.copy()
+    t = np.asarray(A @ z0, dtype=np.float64).ravel()  # <A_i, z>
+    gaps, s = np.zeros(problem.n_coords), np.zeros(problem.n_coords)
+    gram_module._gram_epoch(G, block, order, block, a, off, problem.mu, problem.sqnorm, problem.c,
+                            problem.theta, t, z.shape[0])
+    gram_module._gram_block_end(B, positions, block, a, a0, z, off, problem.mu, problem.c, problem.theta, t,
+                                gaps, s)
+    a2, z2, off2 = a0.copy(), z0.copy(), off0.copy()
+    if sparse:
+        cpu.scd_epoch_sparse(*B, block, order, a2, z2, off2, problem.mu, problem.sqnorm, problem.c, problem.theta)
+        g2, s2 = np.zeros(block.size), np.zeros(block.size)
+        cpu.gaps_sparse(*B, positions, block, a2, z2, off2, problem.mu, problem.c, problem.theta, g2, s2)
+    else:
+        cpu.scd_epoch_dense(B[0], block, order, a2, z2, off2, problem.mu, problem.sqnorm, problem.c, problem.theta)
+        g2, s2 = np.zeros(block.size), np.zeros(block.size)
+        cpu.gaps_dense(B[0], positions, block, a2, z2, off2, problem.mu, problem.c, problem.theta, g2, s2)
+    assert not np.array_equal(a2, a0)  # the epoch moved something
+    np.testing.assert_allclose(a, a2, rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(z, z2, rtol=1e-12, atol=1e-12 * np.abs(z2).max())
+    np.testing.assert_allclose(off, off2, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(s[block], s2, rtol=1e-10, atol=1e-11 * np.abs(s2).max())
+    np.testing.assert_allclose(gaps[block], g2, rtol=1e-8, atol=1e-10 * max(1.0, np.abs(g2).max()))
