@@ -59,7 +59,7 @@ def run(problem, arm, seed, max_epochs=100000, max_time=30.0, share=0.25):
     routes, gram_epochs = duhl_solver.routes, gram.GRAM_EPOCHS
     if compiled is not None:
         duhl_solver.routes = lambda *args: compiled
-    gram.GRAM_EPOCHS = arm != "routed data epochs"
+    gram.GRAM_EPOCHS = 0 if arm == "routed data epochs" else gram_epochs
     try:
         return DuHL(memory_budget=budget, refresh=refresh, local_epochs=local_epochs, tol=TARGET,
                     max_epochs=max_epochs, max_time=max_time, random_state=seed).solve(problem)

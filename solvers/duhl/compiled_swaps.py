@@ -216,7 +216,7 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
             visit[:m] = positions[:m]
         counters[1] += 1
         t = _lap(clock, 5, t, timed)
-        on_gram = gstate[G_ON] * gstate[G_EPOCHS] == 1.0 and counters[8] == 0.0  # dots fresh below: epochs from G
+        on_gram = gstate[G_ON] == 1.0 and gstate[G_EPOCHS] > 0 and counters[8] == 0.0  # fresh dots: epochs from G
         if counters[8] == 0.0:  # the stale gaps at the start state: with the block's, its certificate
             primal, dual, gap = _round_certify(A, G, everyone, stale[:n_stale], a, z, off, mu, c, b, theta, tight,
                                                l1, carry_dual, gaps, s, counters, dots, a_ref, zero_off, gstate,
@@ -226,6 +226,7 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
             if gap <= tol_abs:
                 return _lap_total(clock, 1, t_start, timed)
         passes = local_epochs * min(max_passes, max(1, k // max(1, n_active)))
+        passes *= int(gstate[G_EPOCHS]) if on_gram else 1
         if proving:
             z_old[:] = z
             shift_old = c * off[0] * z.shape[0]

@@ -134,14 +134,16 @@ def test_gram_matrix_is_a_at(case_factory, sparse):
 def test_the_blocks_epochs_from_g_take_the_datas_steps(case_factory, model, sparse, monkeypatch):
     """With G on, the block's epochs run from G (gram._gram_epoch: no read of the block) and z moves
     once a round: the same coordinate steps as the data's epochs of a run whose epochs read the block
-    (GRAM_EPOCHS False), so while the two runs hold the same blocks (a gap at rounding's level, 0 from
-    one and 1e-18 from the other, may part them near the end: the Lasso's conjugate scales a rounding
-    of s by B = P0 / l1), the same iterates row by row within rounding. Both certify."""
+    (GRAM_EPOCHS 0; 1 here: as many epochs), so while the two runs hold the same blocks (a gap at
+    rounding's level, 0 from one and 1e-18 from the other, may part them near the end: the Lasso's
+    conjugate scales a rounding of s by B = P0 / l1), the same iterates row by row within rounding.
+    Both certify."""
     problem = _problem(case_factory(model, sparse, np.float64))
     kw = dict(memory_budget=0.3, tol=1e-9, max_epochs=300, random_state=3, keep_iterates=5000, shrinking=False)
+    monkeypatch.setattr(gram_module, "GRAM_EPOCHS", 1)  # as many epochs as from the data
     with_g, gstate = _solve(problem, monkeypatch, **kw)
     assert gstate[gram_module.G_ON] == 1 and gstate[gram_module.G_ROWS] >= 5
-    monkeypatch.setattr(gram_module, "GRAM_EPOCHS", False)
+    monkeypatch.setattr(gram_module, "GRAM_EPOCHS", 0)
     without, off = _solve(problem, monkeypatch, **kw)
     assert off[gram_module.G_ON] == 1 and gstate[gram_module.G_EPOCHS] == 1 and off[gram_module.G_EPOCHS] == 0
     rows = min(len(with_g.trace), len(without.trace))
