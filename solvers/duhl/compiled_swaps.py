@@ -303,10 +303,12 @@ def solve_compiled_swaps(solver, problem, rset, a, z, off, rng, trace, t0, itera
     child = _child(rng) if solver.selection == "random" else rng
 
     def record(rnd, time_s, updates, P_form, D_form, gap, bytes_h2d, swaps, n_resident):
+        """Trace rows from a slice's history columns (or one row's scalars)."""
         primal, dual = (-D_form, -P_form) if problem.dual_form else (P_form, D_form)
-        trace.record(round=int(rnd), time_s=time_s, epoch=updates / n, primal=primal, dual=dual, gap=gap,
-                     rel_gap=gap / problem.P0 if problem.P0 > 0 else 0.0, certified=1,
-                     bytes_h2d=int(bytes_h2d), swaps=int(swaps), n_resident=int(n_resident), prefetch_hits=0,
+        count = lambda x: np.asarray(x).astype(np.int64)  # noqa: E731 - the counters are float64 there
+        trace.extend(round=count(rnd), time_s=time_s, epoch=np.divide(updates, n), primal=primal, dual=dual, gap=gap,
+                     rel_gap=np.divide(gap, problem.P0) if problem.P0 > 0 else np.zeros_like(gap), certified=1,
+                     bytes_h2d=count(bytes_h2d), swaps=count(swaps), n_resident=count(n_resident), prefetch_hits=0,
                      bytes_prefetched=0)
 
     def certify_here(rnd, updates, swaps, n_resident):
@@ -358,7 +360,8 @@ def solve_compiled_swaps(solver, problem, rset, a, z, off, rng, trace, t0, itera
                               problem.c, problem.b, problem.theta, tight, l1, carry, tol_abs, max_updates, deadline,
                               *loop_params, rng, child, gaps, s, resident, counters, history, iterates, clock,
                               proof, proof_arrays, gram_state)
-        for t, updates, P, D, gap, rnd, bytes_h2d, swaps, n_resident in history[: int(counters[4])]:
+        if counters[4]:
+            t, updates, P, D, gap, rnd, bytes_h2d, swaps, n_resident = history[: int(counters[4])].T
             record(rnd, t - t0, updates, P, D, gap, bytes_h2d, swaps, n_resident)
         if code == 1:
             status = "converged"

@@ -25,6 +25,21 @@ class Trace:
         if self.callback is not None:
             self.callback(dict(row))
 
+    def extend(self, **columns):
+        """Rows from columns of one length (arrays, or scalars for every row), as ``record`` adds
+        them one at a time: a compiled loop's slice hands over its rows at once (~1 us a row
+        where ``record`` takes ~4, a round of a small problem's loop ~2.5)."""
+        missing = set(COLUMNS) - columns.keys()
+        if missing:
+            raise KeyError(f"trace rows lack {sorted(missing)}")
+        length = max(np.size(v) for v in columns.values())
+        keys = list(columns)
+        for values in zip(*(np.broadcast_to(np.asarray(columns[k]), (length,)).tolist() for k in keys)):
+            row = dict(zip(keys, values))
+            self.rows.append(row)
+            if self.callback is not None:
+                self.callback(dict(row))
+
     def frame(self):
         """The rows as a table: COLUMNS, then any extra columns a solver records."""
         extra = [k for k in (self.rows[0] if self.rows else {}) if k not in COLUMNS]
