@@ -113,3 +113,24 @@ def test_after_the_warmup_an_arm_in_the_python_loop_compiles_nothing(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     assert "ROUTES [False]" in out.stdout, out.stdout  # the arm took the Python loop
     assert "NEW []" in out.stdout, out.stdout
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_the_warmup_writes_twice_the_largest_budget_then_frees_it(sparse, monkeypatch):
+    """_first_touch: twice the largest memory_budget among the arms (a share of the data's bytes,
+    or a size), at most the data's twice and FIRST_TOUCH_MAX; nothing without a budgeted arm."""
+    import tasks.arms as arms_module
+
+    written = []
+    real_ones = np.ones
+    monkeypatch.setattr(arms_module.np, "ones", lambda n, *a, **k: (written.append(n * 8), real_ones(1))[1])
+    X = sp.random(400, 300, density=0.1, format="csr", random_state=0) if sparse else np.zeros((400, 300))
+    total = X.data.nbytes if sparse else X.nbytes
+    arms_module._first_touch(X, {"a": {"memory_budget": 0.25}, "b": {"memory_budget": "64KB"}, "c": {}})
+    assert written == [2 * max(int(0.25 * total), 64_000) // 8 * 8]
+    written.clear()
+    arms_module._first_touch(X, {"a": {"memory_budget": None}, "b": {}})
+    assert written == []
+    monkeypatch.setattr(arms_module, "FIRST_TOUCH_MAX", 4096)
+    arms_module._first_touch(X, {"a": {"memory_budget": 0.5}})
+    assert written == [4096]
