@@ -222,11 +222,7 @@ def _add_row(B, r, cd, z):
 @overload(_add_row)
 def _add_row_for(B, r, cd, z):
     if _csr(B):
-        def sparse(B, r, cd, z):
-            indptr, indices, data = B
-            for k in range(indptr[r], indptr[r + 1]):
-                z[np.uint64(indices[k])] += cd * data[k]
-        return sparse
+        return lambda B, r, cd, z: cpu.sparse_axpy(B[0], B[1], B[2], r, cd, z)
 
     def dense(B, r, cd, z):
         rows = B[0]

@@ -74,11 +74,24 @@ def sparse_dot(indptr, indices, data, r, z):
     """<row r, z> of a CSR matrix, indices read as unsigned (Numba then drops its
     negative-index wraparound, ~15% on w8a). One plain loop: unrolled into two
     accumulators it ran 2x slower on rows of ~11 entries (w8a's samples, the gap pass of
-    the dual SVM) and within noise on w8a's columns of ~750."""
+    the dual SVM) and within noise on w8a's columns of ~750. The row taken as slices first,
+    then a loop from 0: LLVM keeps that loop tight (all of w8a's columns: 0.70 -> 0.49 ms)."""
+    lo, hi = indptr[r], indptr[r + 1]
+    ind, val = indices[lo:hi], data[lo:hi]
     t = 0.0
-    for k in range(indptr[r], indptr[r + 1]):
-        t += data[k] * z[np.uint64(indices[k])]
+    for k in range(hi - lo):
+        t += val[k] * z[np.uint64(ind[k])]
     return t
+
+
+@njit(nogil=True, inline="always")
+def sparse_axpy(indptr, indices, data, r, cd, z):
+    """z += cd * row r of a CSR matrix (as sparse_dot: slices, then a loop from 0; all of
+    w8a's columns 0.73 -> 0.39 ms)."""
+    lo, hi = indptr[r], indptr[r + 1]
+    ind, val = indices[lo:hi], data[lo:hi]
+    for k in range(hi - lo):
+        z[np.uint64(ind[k])] += cd * val[k]
 
 
 @model_kernel(**_DENSE)
@@ -127,9 +140,7 @@ def scd_epoch_sparse(indptr, indices, data, coords, order, a, z, off, mu, sqnorm
         x = coord_update(theta, ai, s, c * sqnorm[i])
         d = x - ai
         if d != 0.0:
-            cd = c * d
-            for k in range(indptr[j], indptr[j + 1]):
-                z[np.uint64(indices[k])] += cd * data[k]
+            sparse_axpy(indptr, indices, data, j, c * d, z)
             off[0] += d * mu[i]
             a[i] = x
     return order.shape[0]
