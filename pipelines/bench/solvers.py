@@ -26,6 +26,7 @@ import scipy.sparse as sp
 from sklearn.datasets import load_svmlight_file
 from threadpoolctl import threadpool_info, threadpool_limits
 
+import solvers.duhl.solver as duhl_solver
 from pipelines.bench.common import W8A, lasso_problem, median_time, print_table, read_bandwidth, svm_problem
 from solvers.duhl.budget import split_budget
 from solvers.duhl.solver import DuHL
@@ -105,10 +106,17 @@ def prefetch_rows(label, problem, budget=0.25, share=0.2, tol=1e-6, max_time=60)
     staged_budget = int(budget * int(problem.coord_bytes.sum()))
     block = split_budget(problem, staged_budget, share)[0]  # the same block, without staging
     rows = []
+    routes = duhl_solver.routes
     for selection in ("gap", "sequential", "random"):
         kw = dict(selection=selection, tol=tol, max_epochs=5000, max_time=max_time, random_state=0)
         on = DuHL(memory_budget=f"{staged_budget}B", prefetch=share, **kw).solve(problem)
-        off = DuHL(memory_budget=f"{block}B", prefetch=0.0, **kw).solve(problem)
+        # the same (Python) round loop as the staged run, which the compiled loop never takes: without
+        # staging DuHL may route to the compiled one, whose refresh differs (other iterates, other times)
+        duhl_solver.routes = lambda *args: False
+        try:
+            off = DuHL(memory_budget=f"{block}B", prefetch=0.0, **kw).solve(problem)
+        finally:
+            duhl_solver.routes = routes
         swapped = int(on.trace.swaps.max())
         later = swapped - int(on.trace.n_resident.iloc[1])  # the first block cannot be staged
         rows.append(dict(problem=label, policy=selection, status=on.status,
