@@ -1,12 +1,10 @@
 """MLflow tracking: explicit run ids, batched metrics, and the cost measured.
 
-``MlflowClient`` rather than the fluent API: runs are nested by id (sweep ->
-experiment -> arm) with no hidden global "active run", which matters when one
-process runs several Hydra jobs. Every call goes through ``Tracker.timed`` so
-the experiment can report what tracking cost (goal: <= 2% of wall time).
-Per-round metrics are buffered and sent with ``log_batch`` (one call costs
-~5 ms on sqlite, so one call per round would dominate a fast solver).
-"""
+``MlflowClient`` rather than the fluent API: runs are nested by id (sweep -> experiment -> arm)
+with no hidden global "active run", which matters when one process runs several Hydra jobs.
+Every call goes through ``Tracker.timed`` so the experiment can report what tracking cost
+(goal: <= 2% of wall time). Per-round metrics are buffered and sent with ``log_batch`` (one
+call costs ~5 ms on sqlite, so one call per round would dominate a fast solver)."""
 
 from __future__ import annotations
 
@@ -99,14 +97,20 @@ def run_tags(device: str) -> Dict[str, str]:
 
 
 TERMINATED = threading.Event()  # set when SIGTERM arrived (the sweep run ends KILLED, not FAILED)
+# the main thread's store calls in progress, and a SIGTERM that came during one, raised when it ends (a call
+# cut mid-transaction can keep the run's KILLED from being written: a CI run left an arm RUNNING)
+_IN_CALL = {"depth": 0, "pending": 0}
 
 
 def stop_on_sigterm() -> None:
     """`kill`, CI time-outs and schedulers send SIGTERM, which would end Python without
     unwinding: exit by SystemExit(143) (128 + 15, the signal convention) instead, so every
-    open run ends KILLED, as on Ctrl-C."""
+    open run ends KILLED, as on Ctrl-C; inside a tracking call, once that call has ended."""
     def terminate(signum: int, frame: Any) -> None:
         TERMINATED.set()
+        if _IN_CALL["depth"]:
+            _IN_CALL["pending"] = 128 + signum
+            return
         raise SystemExit(128 + signum)
 
     if threading.current_thread() is threading.main_thread():
@@ -187,11 +191,18 @@ class Tracker:
 
     @contextmanager
     def timed(self) -> Iterator[None]:
+        """A call to the store: timed, and not cut by SIGTERM (see stop_on_sigterm)."""
         start = time.perf_counter()
+        main = threading.current_thread() is threading.main_thread()
+        _IN_CALL["depth"] += main
         try:
             yield
         finally:
+            _IN_CALL["depth"] -= main
             self.seconds += time.perf_counter() - start
+        if main and _IN_CALL["pending"] and not _IN_CALL["depth"]:  # raised once: the KILLED calls run through
+            code, _IN_CALL["pending"] = _IN_CALL["pending"], 0
+            raise SystemExit(code)
 
     def _experiment(self, name: str) -> str:
         from mlflow.exceptions import MlflowException

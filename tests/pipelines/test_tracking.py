@@ -116,3 +116,43 @@ def test_config_params_drop_what_the_experiment_does_not_use():
         "experiment.name": "x", "experiment.target_rel_gap": "1e-06", "solver.name": "duhl"}
     assert config_params(config, ["solver", "experiment.target_rel_gap"]) == {
         "experiment.name": "x", "experiment.distbelief.lr": "0.1"}
+
+
+def test_a_sigterm_inside_a_store_call_ends_the_runs_killed_after_the_call(tracker, monkeypatch):
+    """stop_on_sigterm: a SIGTERM that arrives during a store call (here: inside the child's
+    log_batch) is raised when that call ends, not inside it (a cut sqlite transaction can keep the
+    runs' KILLED from being written), once: the parent and child then end KILLED, exit code 143."""
+    import os
+    import signal
+    import threading
+
+    import pipelines.tracking as tracking
+
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signal handlers are installed from the main thread only")
+    previous = signal.getsignal(signal.SIGTERM)
+    real_log_batch = tracker.client.log_batch
+    arrived_inside = []
+
+    def log_batch_with_a_sigterm(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)  # the handler runs here, inside the call
+        arrived_inside.append(tracking.TERMINATED.is_set())
+        return real_log_batch(*args, **kwargs)
+
+    try:
+        tracking.stop_on_sigterm()
+        with pytest.raises(SystemExit) as stopped:
+            with tracker.run("parent") as parent_id:
+                with tracker.run("child", parent_id) as child_id:
+                    monkeypatch.setattr(tracker.client, "log_batch", log_batch_with_a_sigterm)
+                    tracker.set_tags(child_id, {"k": "v"})
+                    monkeypatch.setattr(tracker.client, "log_batch", real_log_batch)
+                    raise AssertionError("the SIGTERM was not raised when the call ended")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        tracking.TERMINATED.clear()
+        tracking._IN_CALL.update(depth=0, pending=0)
+    assert stopped.value.code == 143 and arrived_inside == [True]
+    client = MlflowClient(tracker.uri)
+    assert client.get_run(child_id).data.tags["k"] == "v"  # the call the signal came in finished
+    assert {client.get_run(r).info.status for r in (parent_id, child_id)} == {"KILLED"}
