@@ -346,7 +346,7 @@ def solve_compiled_swaps(solver, problem, rset, a, z, off, rng, trace, t0, itera
     # the Gram matrix (built in the solve: part of its time, after gstate[G_AT] rounds) and its state
     # (see _round_certify)
     gstate = np.zeros(8)
-    gstate[G_EVERY], gstate[gram.G_EPOCHS] = float(gram.ANCHOR_EVERY), float(gram.GRAM_EPOCHS)
+    gstate[G_EVERY], gstate[G_EPOCHS] = float(gram.ANCHOR_EVERY), float(gram.GRAM_EPOCHS)
     if gram_on:
         gstate[G_AT] = max(1, gram.gram_after(problem, stale_bytes / max(1, int(coord_bytes.sum()))))
     gram_state = (np.zeros((0, 0)), np.zeros(n), a.copy(), gstate)

@@ -31,13 +31,13 @@ ANCHOR_EVERY = 16
 # sample's pair of nonzeros costs 2 (the sparse kernel's scattered adds; w8a: 2.2 ns a pair, the gap
 # kernel 1.1 ns an entry), a pair of a dense one 0.15 (BLAS, one thread: 0.046 ns, the gap kernel 0.31)
 GRAM_AFTER = 1.0
+PAIR_COST = {True: 2.0, False: 0.15}
 # with G on, the block's epochs from G too (_gram_epoch), GRAM_EPOCHS times as many as from the data:
 # an epoch costs m^2 flops for m coordinates there, and the block's subproblem solved further takes
 # fewer rounds (swap_loop at budget 0.25, 2 / 4 / 8 times: w8a[20000] Lasso 0.91 / 0.97 / 1.18 the time
 # of 1, 167 -> 114 / 76 / 57 rounds; diabetes 0.82 / 0.94 / 1.26; dense 2000x1000 0.81 / 0.77 / 0.78);
 # 0 (False): the epochs read the block's data (benchmarks, tests)
 GRAM_EPOCHS = 2
-PAIR_COST = {True: 2.0, False: 0.15}
 
 
 def uses_gram(solver, problem):

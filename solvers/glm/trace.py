@@ -10,6 +10,13 @@ COLUMNS = ("round", "time_s", "epoch", "primal", "dual", "gap", "rel_gap", "cert
            "n_resident")
 
 
+def _require(named, message):
+    """KeyError naming the COLUMNS that ``named`` lacks."""
+    missing = set(COLUMNS) - named.keys()
+    if missing:
+        raise KeyError(f"{message} {sorted(missing)}")
+
+
 class Trace:
     """Rows of a solve; ``callback(row)`` sees each row as it is recorded."""
 
@@ -18,9 +25,7 @@ class Trace:
         self.callback = callback
 
     def record(self, **row):
-        missing = set(COLUMNS) - row.keys()
-        if missing:
-            raise KeyError(f"trace row lacks {sorted(missing)}")
+        _require(row, "trace row lacks")
         self.rows.append(row)
         if self.callback is not None:
             self.callback(dict(row))
@@ -29,9 +34,7 @@ class Trace:
         """Rows from columns of one length (arrays, or scalars for every row), as ``record`` adds
         them one at a time: a compiled loop's slice hands over its rows at once (~1 us a row
         where ``record`` takes ~4, a round of a small problem's loop ~2.5)."""
-        missing = set(COLUMNS) - columns.keys()
-        if missing:
-            raise KeyError(f"trace rows lack {sorted(missing)}")
+        _require(columns, "trace rows lack")
         length = max(np.size(v) for v in columns.values())
         keys = list(columns)
         for values in zip(*(np.broadcast_to(np.asarray(columns[k]), (length,)).tolist() for k in keys)):
