@@ -47,13 +47,14 @@ def _block_sum(x, lo, n):
         for i in range(lo, lo + n):
             res += x[i]
         return res
-    r = x[lo:lo + 8].copy()
+    r0, r1, r2, r3, r4, r5, r6, r7 = x[lo], x[lo + 1], x[lo + 2], x[lo + 3], x[lo + 4], x[lo + 5], x[lo + 6], x[lo + 7]
     i = 8
-    while i < n - n % 8:
-        for j in range(8):
-            r[j] += x[lo + i + j]
+    while i < n - n % 8:  # scalars, not a copy of x[lo:lo + 8]: an allocation a call (~40 ns at n = 10)
+        k = lo + i
+        r0, r1, r2, r3 = r0 + x[k], r1 + x[k + 1], r2 + x[k + 2], r3 + x[k + 3]
+        r4, r5, r6, r7 = r4 + x[k + 4], r5 + x[k + 5], r6 + x[k + 6], r7 + x[k + 7]
         i += 8
-    res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]))
+    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
     while i < n:
         res += x[lo + i]
         i += 1
@@ -195,7 +196,7 @@ def _fill(order, m, coord_bytes, budget, chosen):
 
 
 @njit(nogil=True, cache=True)
-def _select(policy, gaps, resident, coord_bytes, budget, rng, cursor, chosen, order, keys):
+def _select(policy, gaps, resident, coord_bytes, budget, stream, cursor, chosen, order, keys):
     """The next block into ``chosen`` (Policy.select's rule: the longest prefix of the
     policy's order that fits ``budget``; ``order``, ``keys`` (uint64): scratch); returns
     its size. The gap policy's block comes as a set (see _gap_block)."""
@@ -205,10 +206,10 @@ def _select(policy, gaps, resident, coord_bytes, budget, rng, cursor, chosen, or
     if policy == 1:  # round robin from the cursor
         for i in range(n):
             order[i] = (i + cursor) % n
-    else:  # rng.permutation(n)
+    else:  # a random order from the policy's stream (Policy's)
         for i in range(n):
             order[i] = i
-        rng.shuffle(order)
+        cpu.shuffle(order, stream)
     return _fill(order, n, coord_bytes, budget, chosen)
 
 

@@ -17,8 +17,8 @@ algorithm, with ``refresh="all"`` semantics (every gap exact each round):
    matrix, re-anchored from the data every ANCHOR_EVERY rows and at a row that stops:
    see solvers.duhl.gram);
 4. ``passes`` epochs over the block (its coordinates with a positive gap when
-   shrinking), in the orders ``rng.permutation`` draws (the same stream as the
-   Python loop's), then the block's gaps at the new state.
+   shrinking), in the orders the Python loop draws (``cpu.shuffle`` from the same
+   state: solvers.duhl.selection.stream), then the block's gaps at the new state.
 
 With the same selection it gives the Python loop's iterates, bytes, swaps and
 trace rows (with refresh="all"), bit for bit: the same kernels in the same order,
@@ -41,9 +41,10 @@ from solvers.duhl.gap_select import _next_block
 from solvers.duhl.gram import G_AT, G_EPOCHS, G_EVERY, G_ON, G_SINCE, _gram_block_end, _gram_epoch, _round_certify
 from solvers.duhl.gap_memory import MARGIN, ROUNDING
 from solvers.duhl.inmemory import _epoch
-from solvers.duhl.swaps import MAX_PASSES_PER_ROUND, _child, round_epochs
+from solvers.duhl.swaps import MAX_PASSES_PER_ROUND, _child, round_epochs, stream
 from solvers.glm.certificates import tight_lasso
 from solvers.glm.models import shrink_cut
+from solvers.kernels import cpu
 
 # refresh="auto" in RAM runs here (as "all") when refreshing every stale gap reads at most
 # this many bytes per round beyond what "auto" refreshes: ~1-2 ms of the gap kernel, about
@@ -111,7 +112,7 @@ def _lap_total(clock, code, t_start, timed):
 @_loop_kernel
 def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off, mu, sqnorm, c, b, theta,
                    tight, l1, carry_dual, tol_abs, max_updates, deadline, local_epochs, max_passes, shrinking,
-                   rng, child, gaps, s, resident, counters, history, iterates, clock, proof, proof_arrays, gram):
+                   orders, picks, gaps, s, resident, counters, history, iterates, clock, proof, proof_arrays, gram):
     """Rounds until a certified tolerance, ``max_updates``, ``deadline`` (perf_counter
     seconds) or a full ``history``. Carried between calls: the block (B, row_coord,
     pos: each coordinate's row or -1), the gap memory (gaps, s), ``resident`` and
@@ -168,7 +169,7 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
         if policy == 0:
             k, held, listed = _next_block(gaps, resident, coord_bytes, budget, keep, m, chosen, keys, order)
         else:
-            k = _select(policy, gaps, resident, coord_bytes, budget, child, int(counters[6]), chosen, order, keys)
+            k = _select(policy, gaps, resident, coord_bytes, budget, picks, int(counters[6]), chosen, order, keys)
         if policy == 1:
             counters[6] = (counters[6] + k) % n
         if listed:
@@ -232,9 +233,9 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
             shift_old = c * off[0] * z.shape[0]
         for j in range(m if on_gram else 0):
             t_gram[block[j]] = dots[block[j]]
-        for _ in range(passes):  # rng.permutation(visit) as the Python loop draws it: a copy, shuffled
+        for _ in range(passes):  # the epoch's order as the Python loop draws it: a copy, shuffled
             order[:n_active] = visit[:n_active]
-            rng.shuffle(order[:n_active])
+            cpu.shuffle(order[:n_active], orders)
             if on_gram:
                 counters[0] += _gram_epoch(G, row_coord, order[:n_active], block[:m], a, off, mu, sqnorm, c, theta,
                                            t_gram, z.shape[0])
@@ -299,8 +300,10 @@ def solve_compiled_swaps(solver, problem, rset, a, z, off, rng, trace, t0, itera
     pos = np.full(n, -1, dtype=np.int64)
     counters = np.zeros(9)  # see run_swap_slice
     history = np.empty((HISTORY, 9))
-    # the random policy's own stream, as Policy takes it (the others draw nothing: ~20 us saved)
-    child = _child(rng) if solver.selection == "random" else rng
+    # the epochs' orders and the random policy's picks, as the Python loop draws them: xorshift
+    # states, not Generators (a Generator argument costs ~7 us a call to unbox)
+    orders = stream(rng)
+    picks = stream(_child(rng)) if solver.selection == "random" else orders
 
     def record(rnd, time_s, updates, P_form, D_form, gap, bytes_h2d, swaps, n_resident):
         """Trace rows from a slice's history columns (or one row's scalars)."""
@@ -347,9 +350,11 @@ def solve_compiled_swaps(solver, problem, rset, a, z, off, rng, trace, t0, itera
     # (see _round_certify)
     gstate = np.zeros(8)
     gstate[G_EVERY], gstate[G_EPOCHS] = float(gram.ANCHOR_EVERY), float(gram.GRAM_EPOCHS)
+    gram_state = (np.zeros((0, 0)), np.zeros(n), a.copy(), gstate)
     if gram_on:
         gstate[G_AT] = max(1, gram.gram_after(problem, stale_bytes / max(1, int(coord_bytes.sum()))))
-    gram_state = (np.zeros((0, 0)), np.zeros(n), a.copy(), gstate)
+        if gstate[G_AT] <= gram.GRAM_AT_ONCE:
+            gram_state, proof = _gram_now(problem, a, gram_state, proof, proof_arrays)
     status = None
     while status is None:
         deadline = time.perf_counter() + slice_s
@@ -358,7 +363,7 @@ def solve_compiled_swaps(solver, problem, rset, a, z, off, rng, trace, t0, itera
         counters[4] = 0
         code = run_swap_slice(full, block, row_coord, pos, coord_bytes, *scalars, a, z, off, problem.mu, problem.sqnorm,
                               problem.c, problem.b, problem.theta, tight, l1, carry, tol_abs, max_updates, deadline,
-                              *loop_params, rng, child, gaps, s, resident, counters, history, iterates, clock,
+                              *loop_params, orders, picks, gaps, s, resident, counters, history, iterates, clock,
                               proof, proof_arrays, gram_state)
         if counters[4]:
             t, updates, P, D, gap, rnd, bytes_h2d, swaps, n_resident = history[: int(counters[4])].T
@@ -367,17 +372,23 @@ def solve_compiled_swaps(solver, problem, rset, a, z, off, rng, trace, t0, itera
             status = "converged"
         elif code == 2:
             status = "max_epochs"
-        elif code == 4:  # the Gram matrix now: the next row anchors its dots (a data pass)
-            gram_state = (gram.gram_matrix(problem), gram_state[1], a.copy(), gstate)
-            proof = (False, proof[1])  # every stale gap from the dots: none proven (their gaps are 0, valid)
-            proof_arrays[4][:] = False
-            gstate[G_ON], gstate[G_AT], gstate[G_SINCE] = 1.0, 0.0, float(gram.ANCHOR_EVERY)
+        elif code == 4:
+            gram_state, proof = _gram_now(problem, a, gram_state, proof, proof_arrays)
         elif solver.max_time is not None and time.perf_counter() - t0 >= solver.max_time:
             status = "max_time"
     _hand_back(rset, problem, block, row_coord, resident, counters)
     if status != "converged":  # the last round's end state: one more pass certifies it
         certify_here(counters[1], counters[0], counters[2], np.count_nonzero(resident))
     return status, int(counters[1]), (float(counters[0]), counters[7])
+
+
+def _gram_now(problem, a, gram_state, proof, proof_arrays):
+    """The Gram matrix built: (gram_state, proof) from here on; the next row anchors its dots (a
+    data pass); every stale gap from the dots, none proven (their gaps are 0, valid)."""
+    _, dots, _, gstate = gram_state
+    gstate[G_ON], gstate[G_AT], gstate[G_SINCE] = 1.0, 0.0, float(gram.ANCHOR_EVERY)
+    proof_arrays[4][:] = False
+    return (gram.gram_matrix(problem), dots, a.copy(), gstate), (False, proof[1])
 
 
 def _form(problem, a, z, off, gap_sum, s_max, dual_best):

@@ -241,7 +241,7 @@ def _next_block(gaps, resident, coord_bytes, budget, keep, m, chosen, keys, cand
             return m, True, False
         keep[:] = resident
         return _list(resident, chosen), False, False
-    if low_in != ~np.uint64(0):
+    if low_in != ~np.uint64(0) and gaps.shape[0] > FEW:  # a few: sorted at once (_radix_block)
         k = _edge_mask(gaps, resident, coord_bytes, budget, low_in, keep)
         if k >= 0:
             return k, False, False
@@ -253,6 +253,11 @@ def _radix_block(gaps, resident, coord_bytes, budget, chosen, keys, cand):
     """The block by the keys' bits (see _gap_block)."""
     n = gaps.shape[0]
     bits = gaps.view(np.uint64)
+    if n <= FEW:  # sorted, no histogram (its allocation was most of diabetes's selection)
+        for i in range(n):
+            keys[i] = _key(bits[i], gaps[i])
+            cand[i] = i
+        return _sorted_take(keys, cand, n, resident, coord_bytes, budget, chosen, 0)
     low, high = ~np.uint64(0), np.uint64(0)
     big = n >= 4 << MAX_BITS  # the first level's histogram (the top bits: sign, exponent) in this pass
     # two first-level histograms, odd and even coordinates: no chain of adds to one bucket (many equal gaps)
@@ -323,7 +328,14 @@ def _radix_block(gaps, resident, coord_bytes, budget, chosen, keys, cand):
         if not full:
             k = _take(keys[:n_out], coord_bytes, remaining, chosen, k)[0]
         return k
-    for j in range(1, m):  # a few: a stable insertion sort by (gap descending, resident first)
+    return _sorted_take(keys, cand, m, resident, coord_bytes, remaining, chosen, k)
+
+
+@njit(nogil=True, cache=True)
+def _sorted_take(keys, cand, m, resident, coord_bytes, remaining, chosen, k):
+    """A few candidates ``cand[:m]`` (in index order) sorted by a stable insertion sort by (key
+    descending, resident first), appended to ``chosen`` from ``k`` while they fit; the size."""
+    for j in range(1, m):
         item = cand[j]
         q = j
         while q > 0:

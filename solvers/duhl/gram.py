@@ -31,6 +31,10 @@ ANCHOR_EVERY = 16
 # sample's pair of nonzeros costs 2 (the sparse kernel's scattered adds; w8a: 2.2 ns a pair, the gap
 # kernel 1.1 ns an entry), a pair of a dense one 0.15 (BLAS, one thread: 0.046 ns, the gap kernel 0.31)
 GRAM_AFTER = 1.0
+# ... except when G costs at most this many rounds' stale reads: then it is built before the first
+# round, since the loop's return to Python to build it later costs more (diabetes: G after 2 rounds,
+# the return ~0.15 ms, the rounds ~2 us each)
+GRAM_AT_ONCE = 4
 PAIR_COST = {True: 2.0, False: 0.15}
 # with G on, the block's epochs from G too (_gram_epoch), GRAM_EPOCHS times as many as from the data:
 # an epoch costs m^2 flops for m coordinates there, and the block's subproblem solved further takes

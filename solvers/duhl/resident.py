@@ -15,6 +15,7 @@ import scipy.sparse as sp
 from solvers.duhl.budget import split_budget, unit_bytes
 from solvers.duhl.devices import free_device_bytes, make_device
 from solvers.duhl.disk import aligned_empty
+from solvers.kernels import cpu
 
 
 def _by_coordinate(rows, row_coord):
@@ -57,10 +58,11 @@ class ResidentSet:
             self._cached = (coords, _by_coordinate(np.flatnonzero(np.isin(row_coord, coords)), row_coord))
         return self._cached[1]
 
-    def run_round(self, state, rng, passes, with_gaps=True, active=None, prefetch=None):
+    def run_round(self, state, orders, passes, with_gaps=True, active=None, prefetch=None):
         """``passes`` epochs over the resident set (only its ``active`` coordinates,
         when given), then the gaps of all of it; meanwhile the coordinates ``prefetch``
-        are staged for the next swap. Returns (updates, coords, gaps, s), the last two None without
+        are staged for the next swap, each pass in an order shuffled from ``orders`` (a state of
+        solvers.kernels.cpu.shuffle). Returns (updates, coords, gaps, s), the last two None without
         ``with_gaps``; s_i = <A_i, u> feeds the tight certificate.
 
         A GPU updates several coordinates at once: on correlated data their steps add up and
@@ -68,12 +70,12 @@ class ResidentSet:
         raised it is undone and run again with half the updates in flight (down to one at a
         time, when every step is exact); the undone round's updates still count."""
         if not getattr(self.device, "parallel", False):
-            return self._round(state, rng, passes, with_gaps, active, prefetch)
+            return self._round(state, orders, passes, with_gaps, active, prefetch)
         start = tuple(x.copy() for x in state)
         before = self.problem.form_primal(*start)
         done = 0
         while True:
-            out = self._round(state, rng, passes, with_gaps, active, prefetch)
+            out = self._round(state, orders, passes, with_gaps, active, prefetch)
             done += out[0]
             after = self.problem.form_primal(*state)
             if after <= before + 1e-12 * abs(before) or not self.device.fewer_in_flight():
@@ -82,7 +84,7 @@ class ResidentSet:
                 x[...] = x0
             prefetch = None  # staged already
 
-    def _round(self, state, rng, passes, with_gaps, active, prefetch):
+    def _round(self, state, orders, passes, with_gaps, active, prefetch):
         dev = self.device
         with dev.context():
             st = dev.begin_round(state)
@@ -93,7 +95,9 @@ class ResidentSet:
             visit = self._visit(active)
             updates = 0
             for _ in range(passes):
-                updates += self._epoch(rng.permutation(visit), st)
+                order = np.array(visit, dtype=np.int64)
+                cpu.shuffle(order, orders)
+                updates += self._epoch(order, st)
             coords, gaps, s = self._gaps(st) if with_gaps else (self.resident(), None, None)
             dev.end_round(state, st)
             if gaps is None:
@@ -326,10 +330,10 @@ class SparseResidentSet(ResidentSet):
     def _epoch(self, order, st):
         return self.device.epoch_sparse(self.buf, self._coords_dev, order, st, self.problem)
 
-    def run_round(self, state, rng, passes, with_gaps=True, active=None, prefetch=None):
+    def run_round(self, state, orders, passes, with_gaps=True, active=None, prefetch=None):
         with self.device.context():
             self._coords_dev = self.device.xp.asarray(self.rows.coords)
-        return super().run_round(state, rng, passes, with_gaps, active, prefetch)
+        return super().run_round(state, orders, passes, with_gaps, active, prefetch)
 
     def _gaps(self, st):
         coords = self.rows.coords

@@ -36,7 +36,7 @@ import numpy as np
 
 from solvers.duhl.gap_memory import GapMemory, dual_step, norm
 from solvers.duhl.ram_tier import RamTier, ram_choice
-from solvers.duhl.selection import Policy
+from solvers.duhl.selection import Policy, stream
 from solvers.glm.models import shrink_cut
 
 # A round does about ``local_epochs`` epochs' worth of updates however far shrinking
@@ -177,6 +177,7 @@ def solve_with_swaps(solver, problem, rset, a, z, off, rng, trace, t0, iterates)
     coord_bytes = problem.coord_bytes
     state = (a, z, off)
     policy = Policy(solver.selection, coord_bytes, rset.capacity_bytes, problem.sqnorm, _child(rng))
+    orders = stream(rng)  # the epochs' orders (the compiled loop's too)
     epochs = round_epochs(solver.local_epochs, coord_bytes.sum(), rset.capacity_bytes)
     dual_best = -np.inf
     on_disk = problem.on_disk
@@ -248,7 +249,7 @@ def solve_with_swaps(solver, problem, rset, a, z, off, rng, trace, t0, iterates)
             passes = passes_per_round(epochs, n_resident, visit.shape[0])
             if whole and rnd < schedule.next_round:
                 # all resident (a GPU): gaps only when the schedule expects them to matter
-                updates += rset.run_round(state, rng, passes, with_gaps=False, active=active)[0]
+                updates += rset.run_round(state, orders, passes, with_gaps=False, active=active)[0]
                 certified = False
                 status = solver._stop(updates, n, t0)
                 continue
@@ -273,7 +274,7 @@ def solve_with_swaps(solver, problem, rset, a, z, off, rng, trace, t0, iterates)
             # what the next swap will likely bring in travels while the device computes
             upcoming = (policy.peek(memory.gaps, resident, rset.staging_bytes)
                         if rset.staging_bytes and not whole else None)
-            done, dev_coords, dev_gaps, dev_s = rset.run_round(state, rng, passes, active=active,
+            done, dev_coords, dev_gaps, dev_s = rset.run_round(state, orders, passes, active=active,
                                                                prefetch=upcoming)
             updates += done
             memory.refresh(todo, *job.result())

@@ -63,11 +63,17 @@ class Problem:
 
     @property
     def coord_bytes(self):
-        """Bytes of each coordinate's data (values, plus int32 indices when sparse)."""
-        if self.sparse:
-            per_entry = self.A.data.itemsize + self.A.indices.itemsize
-            return np.diff(self.A.indptr).astype(np.int64) * per_entry
-        return np.full(self.n_coords, self.A.shape[1] * self.A.itemsize, dtype=np.int64)
+        """Bytes of each coordinate's data (values, plus int32 indices when sparse): a copy of
+        the numbers kept for this A (a solve asks several times; a copy costs a fifth)."""
+        kept = self.__dict__.get("_coord_bytes")
+        if kept is None or kept[0] is not self.A:
+            if self.sparse:
+                per_entry = self.A.data.itemsize + self.A.indices.itemsize
+                counts = np.diff(self.A.indptr).astype(np.int64) * per_entry
+            else:
+                counts = np.full(self.n_coords, self.A.shape[1] * self.A.itemsize, dtype=np.int64)
+            kept = self.__dict__["_coord_bytes"] = (self.A, counts)
+        return kept[1].copy()
 
     def state_from(self, a):
         """(z, off) for coefficients a: z = c (A^T a - b), off = [mean of A^T a]."""

@@ -189,7 +189,7 @@ def test_gap_selection_is_the_lexsort_prefix(n):
         expected = np.sort(order[: int(np.searchsorted(np.cumsum(coord_bytes[order]), budget, side="right"))])
         np.testing.assert_array_equal(gap_block(gaps, resident, coord_bytes, budget), expected)
         chosen = np.empty(n, np.int64)
-        k = compiled._select(0, gaps, resident, coord_bytes, budget, rng, 0, chosen, np.empty(n, np.int64),
+        k = compiled._select(0, gaps, resident, coord_bytes, budget, np.ones(1, np.uint64), 0, chosen, np.empty(n, np.int64),
                              np.empty(n, np.uint64))
         np.testing.assert_array_equal(np.sort(chosen[:k]), expected)
 
