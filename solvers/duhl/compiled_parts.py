@@ -292,3 +292,16 @@ def _step(z_old, z, shift_old, shift, centred, path):
     if centred:
         path[1] += abs(total - (shift - shift_old))
     return np.sqrt(zz)
+
+
+def _hand_back(rset, problem, block, row_coord, resident, counters):
+    """The resident set's own record of the block and its counters, as the run left them."""
+    rset.device.bytes_h2d = int(counters[3])
+    if problem.sparse:
+        used = int(np.count_nonzero(row_coord >= 0))
+        rset.rows.coords = row_coord[:used].copy()
+        rset.rows.indptr = block[0][: used + 1].copy()
+        rset._indptr_dev = rset.rows.indptr
+    else:
+        rset.in_block = row_coord >= 0
+        rset._coords_dev = None

@@ -34,8 +34,8 @@ import time
 import numpy as np
 
 from solvers.duhl import gram
-from solvers.duhl.compiled_parts import (_block_gaps, _clock, _now, _proven, _round_pass, _row, _select,
-                                         _step, _swap_in)
+from solvers.duhl.compiled_parts import (_block_gaps, _clock, _hand_back, _now, _proven, _round_pass, _row,
+                                         _select, _step, _swap_in)
 from solvers.duhl.compiled_parts import loop_kernel as _loop_kernel  # its old name here
 from solvers.duhl.gap_select import _next_block
 from solvers.duhl.gram import G_AT, G_EPOCHS, G_EVERY, G_ON, G_SINCE, _gram_block_end, _gram_epoch, _round_certify
@@ -222,7 +222,8 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
             primal, dual, gap = _round_certify(A, G, everyone, stale[:n_stale], a, z, off, mu, c, b, theta, tight,
                                                l1, carry_dual, gaps, s, counters, dots, a_ref, zero_off, gstate,
                                                out_g, out_s, tol_abs)
-            _row(history, iterates, counters, a, primal, dual, gap, counters[1] - 1, k)
+            if gap < np.inf:  # a certified row (with G, not every round: gram.ROWS_EVERY)
+                _row(history, iterates, counters, a, primal, dual, gap, counters[1] - 1, k)
             t = _lap(clock, 2, t, timed)
             if gap <= tol_abs:
                 return _lap_total(clock, 1, t_start, timed)
@@ -348,13 +349,14 @@ def solve_compiled_swaps(solver, problem, rset, a, z, off, rng, trace, t0, itera
                     np.empty(z.shape[0]))
     # the Gram matrix (built in the solve: part of its time, after gstate[G_AT] rounds) and its state
     # (see _round_certify)
-    gstate = np.zeros(8)
+    gstate = np.zeros(gram.G_SIZE)
     gstate[G_EVERY], gstate[G_EPOCHS] = float(gram.ANCHOR_EVERY), float(gram.GRAM_EPOCHS)
+    gstate[gram.G_ROWS_EVERY] = float(gram.ROWS_EVERY)
     gram_state = (np.zeros((0, 0)), np.zeros(n), a.copy(), gstate)
     if gram_on:
         gstate[G_AT] = max(1, gram.gram_after(problem, stale_bytes / max(1, int(coord_bytes.sum()))))
         if gstate[G_AT] <= gram.GRAM_AT_ONCE:
-            gram_state, proof = _gram_now(problem, a, gram_state, proof, proof_arrays)
+            gram_state, proof = gram.gram_now(problem, a, gram_state, proof, proof_arrays)
     status = None
     while status is None:
         deadline = time.perf_counter() + slice_s
@@ -373,7 +375,7 @@ def solve_compiled_swaps(solver, problem, rset, a, z, off, rng, trace, t0, itera
         elif code == 2:
             status = "max_epochs"
         elif code == 4:
-            gram_state, proof = _gram_now(problem, a, gram_state, proof, proof_arrays)
+            gram_state, proof = gram.gram_now(problem, a, gram_state, proof, proof_arrays)
         elif solver.max_time is not None and time.perf_counter() - t0 >= solver.max_time:
             status = "max_time"
     _hand_back(rset, problem, block, row_coord, resident, counters)
@@ -382,29 +384,7 @@ def solve_compiled_swaps(solver, problem, rset, a, z, off, rng, trace, t0, itera
     return status, int(counters[1]), (float(counters[0]), counters[7])
 
 
-def _gram_now(problem, a, gram_state, proof, proof_arrays):
-    """The Gram matrix built: (gram_state, proof) from here on; the next row anchors its dots (a
-    data pass); every stale gap from the dots, none proven (their gaps are 0, valid)."""
-    _, dots, _, gstate = gram_state
-    gstate[G_ON], gstate[G_AT], gstate[G_SINCE] = 1.0, 0.0, float(gram.ANCHOR_EVERY)
-    proof_arrays[4][:] = False
-    return (gram.gram_matrix(problem), dots, a.copy(), gstate), (False, proof[1])
-
-
 def _form(problem, a, z, off, gap_sum, s_max, dual_best):
     """Problem.certify's numbers in the form's orientation (P_form, D_form, gap, dual_best)."""
     P, D, gap, best = problem.certify(a, z, off, gap_sum=gap_sum, s_max=s_max, dual_best=dual_best)
     return (-D, -P, gap, best) if problem.dual_form else (P, D, gap, best)
-
-
-def _hand_back(rset, problem, block, row_coord, resident, counters):
-    """The resident set's own record of the block and its counters, as the run left them."""
-    rset.device.bytes_h2d = int(counters[3])
-    if problem.sparse:
-        used = int(np.count_nonzero(row_coord >= 0))
-        rset.rows.coords = row_coord[:used].copy()
-        rset.rows.indptr = block[0][: used + 1].copy()
-        rset._indptr_dev = rset.rows.indptr
-    else:
-        rset.in_block = row_coord >= 0
-        rset._coords_dev = None

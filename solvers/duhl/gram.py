@@ -1,6 +1,6 @@
 """The compiled swap loop's certificates (solvers.duhl.compiled_swaps): a round's start state
 certified from the data (``_certify``) or, for the Lasso family with few coordinates, from dots
-<A_i, z> kept by the Gram matrix G = A A^T (``_gram_certify``, ``_round_certify``), and the host's
+<A_i, z> kept by the Gram matrix G = A A^T (``_round_certify``), and the host's
 side of G: where it applies, when to build it, how.
 """
 
@@ -42,6 +42,11 @@ PAIR_COST = {True: 2.0, False: 0.15}
 # of 1, 167 -> 114 / 76 / 57 rounds; diabetes 0.82 / 0.94 / 1.26; dense 2000x1000 0.81 / 0.77 / 0.78);
 # 0 (False): the epochs read the block's data (benchmarks, tests)
 GRAM_EPOCHS = 2
+# with G on, every round refreshes the stale gaps from the dots (the selection's), but a certified row
+# (the certificate's pass over z, a trace row, an anchor every ANCHOR_EVERY of them) comes at most every
+# ROWS_EVERY rounds, sooner as the gap nears tol: after half the rounds the last two rows' rate predicts
+# to tol (diabetes at memory_budget 0.25: ~240 rounds of ~1.2 us, a row ~0.2 of it)
+ROWS_EVERY = 8
 
 
 def uses_gram(solver, problem):
@@ -100,6 +105,24 @@ def gram_matrix(problem):
     return A64 @ A64.T
 
 
+# the Gram matrix's state (run_swap_slice's ``gram``): gstate entries (G_AT: the round after which
+# the loop returns (4) for the caller to build G; 0: none; G_EPOCHS: 1 for the block's epochs from G)
+G_ON, G_EVERY, G_SINCE, G_DRIFT, G_ANCHORS, G_ROWS, G_AT, G_EPOCHS = range(8)
+# ... and the rows' schedule (G_ROWS_EVERY: ROWS_EVERY's value; G_SKIP: rounds left without a row; the
+# last row's call G_ROW_AT and its gap)
+G_ROWS_EVERY, G_SKIP, G_CALLS, G_ROW_AT, G_ROW_GAP = range(8, 13)
+G_SIZE = 13
+
+
+def gram_now(problem, a, gram_state, proof, proof_arrays):
+    """The Gram matrix built: (gram_state, proof) from here on; the next row anchors its dots (a
+    data pass); every stale gap from the dots, none proven (their gaps are 0, valid)."""
+    _, dots, _, gstate = gram_state
+    gstate[G_ON], gstate[G_AT], gstate[G_SINCE] = 1.0, 0.0, float(ANCHOR_EVERY)
+    proof_arrays[4][:] = False
+    return (gram_matrix(problem), dots, a.copy(), gstate), (False, proof[1])
+
+
 @loop_kernel
 def _state_row(a, z, off, c, b, theta, tight, l1, carry_dual, gaps, s, counters):
     """(P_form, D_form, gap) of the state whose every gap and s are in ``gaps`` and ``s``; the
@@ -127,21 +150,22 @@ def _certify(A, stale, a, z, off, mu, c, b, theta, tight, l1, carry_dual, gaps, 
     return _state_row(a, z, off, c, b, theta, tight, l1, carry_dual, gaps, s, counters)
 
 
-# the Gram matrix's state (run_swap_slice's ``gram``): gstate entries (G_AT: the round after which
-# the loop returns (4) for the caller to build G; 0: none; G_EPOCHS: 1 for the block's epochs from G)
-G_ON, G_EVERY, G_SINCE, G_DRIFT, G_ANCHORS, G_ROWS, G_AT, G_EPOCHS = range(8)
-
-
 @loop_kernel
-def _gram_certify(A, G, everyone, stale, a, z, off, mu, c, b, theta, tight, l1, carry_dual, gaps, s, counters,
-                  dots, a_ref, zero_off, gstate, out_g, out_s, anchor):
-    """_certify with the stale s_i = <A_i, z> - c off m mu_i from ``dots`` (dots_i = <A_i, z> at the
-    state a_ref) brought to the state a by the Gram matrix G = A A^T: z moved by c (a_j - a_ref_j) A_j
-    for every j updated since (the kernels' update), so dots_i moves by c (a_j - a_ref_j) G[j, i].
-    With ``anchor`` the dots are read from the data instead (every coordinate: one pass over A), and
-    how far the Gram's dots had drifted from them (max |difference| over max |dot|) is kept in
-    gstate[G_DRIFT]. The best dual value of the rows is carried (counters[7]) as by _certify: a
-    Gram row's within its dots' rounding of its state's (tests/solvers/duhl/test_gram.py)."""
+def _round_certify(A, G, everyone, stale, a, z, off, mu, c, b, theta, tight, l1, carry_dual, gaps, s, counters,
+                   dots, a_ref, zero_off, gstate, out_g, out_s, tol_abs):
+    """The round's certificate: without the Gram matrix the stale gaps from the data (_certify);
+    with it, their s_i = <A_i, z> - c off m mu_i from ``dots`` (dots_i = <A_i, z> at the state
+    a_ref) brought to the state a by G = A A^T: z moved by c (a_j - a_ref_j) A_j for every j updated
+    since (the kernels' update), so dots_i moves by c (a_j - a_ref_j) G[j, i]. Every gstate[G_EVERY]
+    rows, and for a row at or below tol_abs (the row that stops the solve), the dots are read from the
+    data instead (one pass over A: every gap, the block's too), and how far the Gram's dots had
+    drifted from them (max |difference| over max |dot|) is kept in gstate[G_DRIFT]. The best dual
+    value of the rows is carried (counters[7]) as by _certify: a Gram row's within its dots' rounding
+    of its state's (tests/solvers/duhl/test_gram.py). One function, not one per case: a call with
+    these arguments costs ~0.1 us (diabetes: a round ~1.3)."""
+    if gstate[G_ON] == 0.0:
+        return _certify(A, stale, a, z, off, mu, c, b, theta, tight, l1, carry_dual, gaps, s, counters, out_g,
+                        out_s)
     n = a.shape[0]
     for j in range(n):
         d = a[j] - a_ref[j]
@@ -150,47 +174,59 @@ def _gram_certify(A, G, everyone, stale, a, z, off, mu, c, b, theta, tight, l1, 
             for i in range(n):
                 dots[i] += cd * G[j, i]
             a_ref[j] = a[j]
-    if anchor:
-        _gaps(A, everyone, a, z, zero_off, mu, c, theta, out_g, out_s)  # out_s: <A_i, z> (off 0: no shift)
-        top, diff = 0.0, 0.0
-        for i in range(n):
-            top = max(top, abs(out_s[i]))
-            diff = max(diff, abs(out_s[i] - dots[i]))
-            dots[i] = out_s[i]
-        if gstate[G_ANCHORS] > 0 and top > 0:
-            gstate[G_DRIFT] = max(gstate[G_DRIFT], diff / top)
-        gstate[G_ANCHORS] += 1
-        gstate[G_SINCE] = 0.0
-    else:
-        gstate[G_SINCE] += 1.0
-        gstate[G_ROWS] += 1.0
-    shift = c * off[0] * z.shape[0]
-    targets = everyone if anchor else stale  # an anchor: the block's gaps from the data too (_gram_epoch's)
-    for j in range(targets.shape[0]):
-        i = targets[j]
-        s[i] = dots[i] - shift * mu[i]
-        gaps[i] = coord_gap(theta, a[i], s[i])
-    return _state_row(a, z, off, c, b, theta, tight, l1, carry_dual, gaps, s, counters)
+    gstate[G_CALLS] += 1.0
+    if gstate[G_SKIP] > 0.0:  # no row due (ROWS_EVERY): the stale gaps only, and no certificate (gap inf)
+        gstate[G_SKIP] -= 1.0
+        shift = c * off[0] * z.shape[0]
+        for j in range(stale.shape[0]):
+            i = stale[j]
+            s[i] = dots[i] - shift * mu[i]
+            gaps[i] = coord_gap(theta, a[i], s[i])
+        return np.nan, np.nan, np.inf
+    carried = counters[7]
+    anchor = gstate[G_SINCE] + 1.0 >= gstate[G_EVERY]
+    while True:
+        if anchor:
+            _gaps(A, everyone, a, z, zero_off, mu, c, theta, out_g, out_s)  # out_s: <A_i, z> (off 0: no shift)
+            top, diff = 0.0, 0.0
+            for i in range(n):
+                top = max(top, abs(out_s[i]))
+                diff = max(diff, abs(out_s[i] - dots[i]))
+                dots[i] = out_s[i]
+            if gstate[G_ANCHORS] > 0 and top > 0:
+                gstate[G_DRIFT] = max(gstate[G_DRIFT], diff / top)
+            gstate[G_ANCHORS] += 1
+            gstate[G_SINCE] = 0.0
+        else:
+            gstate[G_SINCE] += 1.0
+            gstate[G_ROWS] += 1.0
+        shift = c * off[0] * z.shape[0]
+        targets = everyone if anchor else stale  # an anchor: the block's gaps from the data too (_gram_epoch's)
+        for j in range(targets.shape[0]):
+            i = targets[j]
+            s[i] = dots[i] - shift * mu[i]
+            gaps[i] = coord_gap(theta, a[i], s[i])
+        primal, dual, gap = _state_row(a, z, off, c, b, theta, tight, l1, carry_dual, gaps, s, counters)
+        if anchor or gap > tol_abs:
+            _schedule(gstate, gap, tol_abs)
+            return primal, dual, gap
+        counters[7] = carried  # the stopping row's dual point from the data, not from this state's Gram dots
+        anchor = True
 
 
 @loop_kernel
-def _round_certify(A, G, everyone, stale, a, z, off, mu, c, b, theta, tight, l1, carry_dual, gaps, s, counters,
-                   dots, a_ref, zero_off, gstate, out_g, out_s, tol_abs):
-    """The round's certificate: from the data (_certify) without the Gram matrix; with it from the
-    Gram's dots, from the data every gstate[G_EVERY] rows and always for a gap at or below tol_abs
-    (the row that stops the solve comes from a data pass)."""
-    if gstate[G_ON] == 0.0:
-        return _certify(A, stale, a, z, off, mu, c, b, theta, tight, l1, carry_dual, gaps, s, counters, out_g,
-                        out_s)
-    anchor = gstate[G_SINCE] + 1.0 >= gstate[G_EVERY]
-    carried = counters[7]
-    primal, dual, gap = _gram_certify(A, G, everyone, stale, a, z, off, mu, c, b, theta, tight, l1, carry_dual,
-                                      gaps, s, counters, dots, a_ref, zero_off, gstate, out_g, out_s, anchor)
-    if gap <= tol_abs and not anchor:
-        counters[7] = carried  # the stopping row's dual point from the data, not from this state's Gram dots
-        primal, dual, gap = _gram_certify(A, G, everyone, stale, a, z, off, mu, c, b, theta, tight, l1, carry_dual,
-                                          gaps, s, counters, dots, a_ref, zero_off, gstate, out_g, out_s, True)
-    return primal, dual, gap
+def _schedule(gstate, gap, tol_abs):
+    """The rounds until the next row (gstate[G_SKIP]) after a row of ``gap``: half those the rate since
+    the last row predicts to ``tol_abs`` (at least 0, at most ROWS_EVERY - 1, gstate[G_ROWS_EVERY]'s);
+    ROWS_EVERY - 1 when the gap did not fall, 0 after the first row."""
+    last, since = gstate[G_ROW_GAP], gstate[G_CALLS] - gstate[G_ROW_AT]
+    skip = 0.0
+    if last > 0.0 and since > 0.0:
+        skip = gstate[G_ROWS_EVERY] - 1.0
+        if gap < last and gap > tol_abs:
+            skip = min(skip, np.floor(0.5 * np.log(tol_abs / gap) / (np.log(gap / last) / since)) - 1.0)
+    gstate[G_SKIP] = max(0.0, skip)
+    gstate[G_ROW_AT], gstate[G_ROW_GAP] = gstate[G_CALLS], gap
 
 
 # ------------------------------------------------------- the block's epochs ---

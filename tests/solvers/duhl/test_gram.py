@@ -23,7 +23,7 @@ def _problem(case):
 
 
 def _solve(problem, monkeypatch, gram=None, **kw):
-    """DuHL in the compiled loop, G built after the first round; returns (result, the Gram's
+    """DuHL in the compiled loop, G built before the first round; returns (result, the Gram's
     state after the last slice: see gram_module.G_*)."""
     monkeypatch.setattr(duhl_module, "routes", lambda *args: True)
     monkeypatch.setattr(gram_module, "GRAM_AFTER", 0.0)
@@ -44,19 +44,26 @@ def _solve(problem, monkeypatch, gram=None, **kw):
 
 @SPARSE
 @FAMILY
-def test_every_row_certifies_its_state(case_factory, model, sparse, monkeypatch):
+@pytest.mark.parametrize("rows_every", [1, 8])
+def test_every_row_certifies_its_state(case_factory, model, sparse, rows_every, monkeypatch):
     """With the Gram's dots most rows (G_ROWS) read no stale data; every row's gap is still P - D of
     the state it certifies with P and D written out in glm_oracles from that state's coefficients
     alone (D: the best dual value of the run over rows), as in test_compiled_swaps, and its dual
     value within 1e-11 of the oracle's: a Gram row's dual, carried on to the later rows, is as good
     as a data pass's. It bounds P(a) - P*. The last row (a data pass) is the solve's own gap
-    re-evaluated from a alone."""
+    re-evaluated from a alone. With a row at most every 8 rounds (ROWS_EVERY) some rounds have none,
+    and the rows that are there certify as well."""
     monkeypatch.setattr(gram_module, "ANCHOR_EVERY", 5)
+    monkeypatch.setattr(gram_module, "ROWS_EVERY", rows_every)
     case = case_factory(model, sparse, np.float64)
     res, gstate = _solve(_problem(case), monkeypatch, memory_budget=0.3, tol=1e-9, max_epochs=300, random_state=1,
                          keep_iterates=5000)
     assert res.status == "converged" and (res.trace.certified == 1).all() and len(res.iterates) == len(res.trace)
-    assert gstate[gram_module.G_ON] == 1 and gstate[gram_module.G_ROWS] >= 5 and gstate[gram_module.G_ANCHORS] >= 2
+    assert gstate[gram_module.G_ON] == 1 and gstate[gram_module.G_ANCHORS] >= 2
+    if rows_every == 1:  # a row every round
+        assert gstate[gram_module.G_ROWS] >= 5 and len(res.trace) == res.n_rounds
+    else:
+        assert len(res.trace) < res.n_rounds and np.diff(res.trace["round"]).max() <= rows_every
     best_dual = -np.inf
     for a, gap, primal, dual in zip(res.iterates, res.trace.gap, res.trace.primal, res.trace.dual):
         P, D = go.best_dual(model, case.X, case.y, a, case.params)
@@ -141,6 +148,7 @@ def test_the_blocks_epochs_from_g_take_the_datas_steps(case_factory, model, spar
     problem = _problem(case_factory(model, sparse, np.float64))
     kw = dict(memory_budget=0.3, tol=1e-9, max_epochs=300, random_state=3, keep_iterates=5000, shrinking=False)
     monkeypatch.setattr(gram_module, "GRAM_EPOCHS", 1)  # as many epochs as from the data
+    monkeypatch.setattr(gram_module, "ROWS_EVERY", 1)  # a row every round: compared row by row
     with_g, gstate = _solve(problem, monkeypatch, **kw)
     assert gstate[gram_module.G_ON] == 1 and gstate[gram_module.G_ROWS] >= 5
     monkeypatch.setattr(gram_module, "GRAM_EPOCHS", 0)
