@@ -14,8 +14,8 @@ algorithm, with ``refresh="all"`` semantics (every gap exact each round):
 3. the stale gaps are refreshed at the round's start state, which with the block's
    gaps of the last round gives that state's exact gap: a certified row (for the Lasso
    family with few coordinates, refresh "auto", from dots <A_i, z> kept by the Gram
-   matrix, re-anchored from the data every ANCHOR_EVERY rows and at a row that stops:
-   see solvers.duhl.gram);
+   matrix, re-anchored from the data every ANCHOR_EVERY rows and at a row that stops,
+   and a row at most every ROWS_EVERY rounds: see solvers.duhl.gram);
 4. ``passes`` epochs over the block (its coordinates with a positive gap when
    shrinking), in the orders the Python loop draws (``cpu.shuffle`` from the same
    state: solvers.duhl.selection.stream), then the block's gaps at the new state.
@@ -351,7 +351,7 @@ def solve_compiled_swaps(solver, problem, rset, a, z, off, rng, trace, t0, itera
     # (see _round_certify)
     gstate = np.zeros(gram.G_SIZE)
     gstate[G_EVERY], gstate[G_EPOCHS] = float(gram.ANCHOR_EVERY), float(gram.GRAM_EPOCHS)
-    gstate[gram.G_ROWS_EVERY] = float(gram.ROWS_EVERY)
+    gstate[gram.G_ROWS_EVERY] = float(gram.rows_every(problem, rset.capacity_bytes))
     gram_state = (np.zeros((0, 0)), np.zeros(n), a.copy(), gstate)
     if gram_on:
         gstate[G_AT] = max(1, gram.gram_after(problem, stale_bytes / max(1, int(coord_bytes.sum()))))

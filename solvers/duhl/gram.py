@@ -42,11 +42,14 @@ PAIR_COST = {True: 2.0, False: 0.15}
 # of 1, 167 -> 114 / 76 / 57 rounds; diabetes 0.82 / 0.94 / 1.26; dense 2000x1000 0.81 / 0.77 / 0.78);
 # 0 (False): the epochs read the block's data (benchmarks, tests)
 GRAM_EPOCHS = 2
-# with G on, every round refreshes the stale gaps from the dots (the selection's), but a certified row
-# (the certificate's pass over z, a trace row, an anchor every ANCHOR_EVERY of them) comes at most every
-# ROWS_EVERY rounds, sooner as the gap nears tol: after half the rounds the last two rows' rate predicts
-# to tol (diabetes at memory_budget 0.25: ~240 rounds of ~1.2 us, a row ~0.2 of it)
+# with G on, every round refreshes the stale gaps from the dots (the selection's), but where a certified
+# row (the certificate's pass over z's m entries, a trace row, an anchor every ANCHOR_EVERY of them) costs
+# at least ROW_SHARE of a round's pass over the block's entries, a row comes at most every ROWS_EVERY
+# rounds, sooner as the gap nears tol: after half the rounds the last two rows' rate predicts to tol
+# (diabetes at memory_budget 0.25: ~240 rounds of ~1.2 us, a row ~0.2 of it; the default experiment's
+# rounds, 5000 x 1000 entries, hardly see a row and would see a stop up to 7 rounds late: 0.22 -> 0.37 s)
 ROWS_EVERY = 8
+ROW_SHARE = 0.1
 
 
 def uses_gram(solver, problem):
@@ -114,6 +117,14 @@ G_ROWS_EVERY, G_SKIP, G_CALLS, G_ROW_AT, G_ROW_GAP = range(8, 13)
 G_SIZE = 13
 
 
+def rows_every(problem, block_bytes):
+    """At most how many rounds apart the rows come (gstate[G_ROWS_EVERY]): ROWS_EVERY where a row's
+    pass over z costs ROW_SHARE of the block's entries or more, else 1."""
+    A = problem.A
+    per_entry = A.data.itemsize + A.indices.itemsize if problem.sparse else A.itemsize
+    return ROWS_EVERY if A.shape[1] >= ROW_SHARE * block_bytes / per_entry else 1
+
+
 def gram_now(problem, a, gram_state, proof, proof_arrays):
     """The Gram matrix built: (gram_state, proof) from here on; the next row anchors its dots (a
     data pass); every stale gap from the dots, none proven (their gaps are 0, valid)."""
@@ -161,8 +172,9 @@ def _round_certify(A, G, everyone, stale, a, z, off, mu, c, b, theta, tight, l1,
     data instead (one pass over A: every gap, the block's too), and how far the Gram's dots had
     drifted from them (max |difference| over max |dot|) is kept in gstate[G_DRIFT]. The best dual
     value of the rows is carried (counters[7]) as by _certify: a Gram row's within its dots' rounding
-    of its state's (tests/solvers/duhl/test_gram.py). One function, not one per case: a call with
-    these arguments costs ~0.1 us (diabetes: a round ~1.3)."""
+    of its state's (tests/solvers/duhl/test_gram.py). A row comes when _schedule says so; a round
+    without one refreshes the stale gaps alone (returns (nan, nan, inf)). One function, not one per
+    case: a call with these arguments costs ~0.1 us (diabetes: a round ~1.3)."""
     if gstate[G_ON] == 0.0:
         return _certify(A, stale, a, z, off, mu, c, b, theta, tight, l1, carry_dual, gaps, s, counters, out_g,
                         out_s)
@@ -175,16 +187,10 @@ def _round_certify(A, G, everyone, stale, a, z, off, mu, c, b, theta, tight, l1,
                 dots[i] += cd * G[j, i]
             a_ref[j] = a[j]
     gstate[G_CALLS] += 1.0
-    if gstate[G_SKIP] > 0.0:  # no row due (ROWS_EVERY): the stale gaps only, and no certificate (gap inf)
-        gstate[G_SKIP] -= 1.0
-        shift = c * off[0] * z.shape[0]
-        for j in range(stale.shape[0]):
-            i = stale[j]
-            s[i] = dots[i] - shift * mu[i]
-            gaps[i] = coord_gap(theta, a[i], s[i])
-        return np.nan, np.nan, np.inf
+    due = gstate[G_SKIP] <= 0.0  # else (ROWS_EVERY) the stale gaps only, and no certificate (gap inf)
+    gstate[G_SKIP] -= 0.0 if due else 1.0
     carried = counters[7]
-    anchor = gstate[G_SINCE] + 1.0 >= gstate[G_EVERY]
+    anchor = due and gstate[G_SINCE] + 1.0 >= gstate[G_EVERY]
     while True:
         if anchor:
             _gaps(A, everyone, a, z, zero_off, mu, c, theta, out_g, out_s)  # out_s: <A_i, z> (off 0: no shift)
@@ -197,7 +203,7 @@ def _round_certify(A, G, everyone, stale, a, z, off, mu, c, b, theta, tight, l1,
                 gstate[G_DRIFT] = max(gstate[G_DRIFT], diff / top)
             gstate[G_ANCHORS] += 1
             gstate[G_SINCE] = 0.0
-        else:
+        elif due:
             gstate[G_SINCE] += 1.0
             gstate[G_ROWS] += 1.0
         shift = c * off[0] * z.shape[0]
@@ -206,6 +212,8 @@ def _round_certify(A, G, everyone, stale, a, z, off, mu, c, b, theta, tight, l1,
             i = targets[j]
             s[i] = dots[i] - shift * mu[i]
             gaps[i] = coord_gap(theta, a[i], s[i])
+        if not due:
+            return np.nan, np.nan, np.inf
         primal, dual, gap = _state_row(a, z, off, c, b, theta, tight, l1, carry_dual, gaps, s, counters)
         if anchor or gap > tol_abs:
             _schedule(gstate, gap, tol_abs)
