@@ -56,7 +56,7 @@ POLICIES = {"gap": 0, "sequential": 1, "random": 2}
 # dual SVM (u: 2.4 KB) 18% less CPU to 1e-6, w8a[20000] Lasso (u: 160 KB, 0.23 of it) even, diabetes
 # Lasso (u: 3.5 KB, 0.4) 19% more per round (few zeros to prove)
 PROOF_SHARE = 0.1
-# rows a slice can record before it returns: a row per round, and a return costs the
+# rows a slice can record before it returns: a row per round at most, and a return costs the
 # rows' Python (a few us each), so enough for a slice's rounds on small problems
 HISTORY = 4096
 # a benchmark sets this to np.zeros(len(PARTS)) to time every compiled swap loop's parts (wall
