@@ -18,10 +18,11 @@ from solvers.kernels import cpu
 
 
 def stream(rng):
-    """A xorshift state for :func:`solvers.kernels.cpu.shuffle`, drawn from ``rng``: the epochs'
-    orders and the random policy's blocks, the same in the Python and the compiled swap loop
-    (a compiled call unboxes a Generator argument in ~7 us, a state in ~0.2)."""
-    return cpu.random_state(int(rng.integers(2**62)))
+    """A xorshift state for :func:`solvers.kernels.cpu.shuffle`, drawn from ``rng`` (64 random bits,
+    never 0: xorshift's fixed point): the epochs' orders and the random policy's blocks, the same in
+    the Python and the compiled swap loop (a compiled call unboxes a Generator argument in ~7 us, a
+    state in ~0.2)."""
+    return np.array([rng.bit_generator.random_raw() | 1], dtype=np.uint64)
 
 
 def _fill(order, coord_bytes, budget):
