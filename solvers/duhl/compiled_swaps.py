@@ -41,7 +41,8 @@ from solvers.duhl.gap_select import _next_block
 from solvers.duhl.gram import G_AT, G_EPOCHS, G_EVERY, G_ON, G_SINCE, _gram_block_end, _gram_epoch, _round_certify
 from solvers.duhl.gap_memory import MARGIN, ROUNDING
 from solvers.duhl.inmemory import _epoch
-from solvers.duhl.swaps import MAX_PASSES_PER_ROUND, _child, round_epochs, stream
+from solvers.duhl.selection import stream
+from solvers.duhl.swaps import MAX_PASSES_PER_ROUND, _child, round_epochs
 from solvers.glm.certificates import tight_lasso
 from solvers.glm.models import shrink_cut
 from solvers.kernels import cpu
