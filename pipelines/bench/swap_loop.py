@@ -17,9 +17,10 @@ solve (the process's: less sensitive to a loaded machine, includes the trace's
 post-processing).
 
 ``--parts`` adds where the routed arm's rounds spend their time when it runs the compiled
-loop: the thread's CPU time by part (solvers.duhl.compiled_swaps.PARTS: the kernels, and
-outside them the selection and the loop's own bookkeeping), per round, medians over the
-seeds, in separate runs after the timed ones (the clock costs ~0.3 us a reading).
+loop: wall time by part (solvers.duhl.compiled_swaps.PARTS: the kernels, and outside them
+the selection and the loop's own bookkeeping), per round, medians over the seeds, in
+separate runs after the timed ones; the clock is the CPU's time-stamp counter (~10 ns a
+reading), whose cost per lap is measured apart and taken out.
 """
 
 import argparse
@@ -30,11 +31,15 @@ import time
 from threadpoolctl import threadpool_limits
 
 import numpy as np
+from numba import njit
 
+import solvers.duhl.compiled_parts as compiled_parts
 import solvers.duhl.compiled_swaps as compiled_swaps
 import solvers.duhl.solver as duhl_solver
 from pipelines.bench.peers import problems, time_to
 from solvers.duhl import gram
+from solvers.duhl.compiled_parts import _clock
+from solvers.duhl.compiled_swaps import _lap
 from solvers.duhl.solver import DuHL
 
 TARGET = 1e-6
@@ -67,20 +72,43 @@ def run(problem, arm, seed, max_epochs=100000, max_time=30.0, share=0.25):
         duhl_solver.routes, gram.GRAM_EPOCHS = routes, gram_epochs
 
 
+@njit
+def _lap_cost(laps):
+    """Cycles a lap of the compiled loop's clock costs (a reading of the counter and an add)."""
+    clock = np.zeros(len(compiled_swaps.PARTS))
+    t0 = t = _clock(1)
+    for _ in range(laps):
+        t = _lap(clock, 0, t, 1)
+    return (t - t0) / laps
+
+
+# laps a round takes per part (compiled_swaps.run_swap_slice): "other" twice, the rest once
+LAPS = np.array([1, 1, 1, 1, 1, 2])
+
+
 def round_parts(problem, repeats, share):
-    """The routed arm's compiled rounds: CPU seconds per round by part (medians over seeds),
-    None when DuHL routes to the Python loop."""
+    """The routed arm's compiled rounds: wall seconds per round by part (medians over seeds), the
+    clock's own cost taken out (each lap's, measured apart); "other" is the compiled calls' time
+    the other parts do not cover (the loop's bookkeeping, its deadline). None when DuHL routes to
+    the Python loop. With the lap's cost in ns."""
+    hz = compiled_parts.cycles_per_second()
+    _lap_cost(10)
+    lap = min(_lap_cost(100000) for _ in range(5))
     per = []
     for seed in range(repeats):
-        compiled_swaps.CLOCK = np.zeros(len(compiled_swaps.PARTS) + 1)  # + 1: the thread's CPU clock
+        compiled_swaps.CLOCK = np.zeros(len(compiled_swaps.PARTS))
         try:
             res = run(problem, "routed", seed, share=share)
         finally:
             clock, compiled_swaps.CLOCK = compiled_swaps.CLOCK, None
-        if clock[-2] == 0:
-            return None
-        per.append(clock[:-1] / max(1, res.n_rounds))
-    return np.median(per, axis=0)
+        if clock[-1] == 0:
+            return None, lap / hz
+        rounds = max(1, res.n_rounds)
+        parts = clock[:-1] / rounds - LAPS * lap
+        total = clock[-1] / rounds - LAPS.sum() * lap
+        parts[5] = total - (parts.sum() - parts[5])
+        per.append(np.append(parts, total) / hz)
+    return np.median(per, axis=0), lap / hz
 
 
 def main():
@@ -88,7 +116,7 @@ def main():
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--only", default=None, help="problems whose label contains this")
     parser.add_argument("--budget", type=float, default=0.25, help="memory_budget of the arms with part resident")
-    parser.add_argument("--parts", action="store_true", help="the routed arm's CPU time per round, by part")
+    parser.add_argument("--parts", action="store_true", help="the routed arm's wall time per round, by part")
     parser.add_argument("--arms", default=",".join(list(ARMS)[:5]),  # the local_epochs arms on request
                         help="comma-separated arms to run (the first is the ratios' base), e.g. 'all resident,routed'")
     args = parser.parse_args()
@@ -134,15 +162,16 @@ def main():
                 parts.append((label, round_parts(problem, args.repeats, args.budget)))
     if parts:
         names = compiled_swaps.PARTS[:-1]
-        print("\nThe routed arm's compiled rounds: CPU us per round by part (medians), the share outside the kernels "
-              "(selection and other) of the compiled calls' time")
-        print("| problem | " + " | ".join(names) + " | outside the kernels |")
-        print("|---" * (len(names) + 2) + "|")
-        for label, per_round in parts:
+        print("\nThe routed arm's compiled rounds: wall ns per round by part (medians; the clock's own cost, "
+              f"{parts[0][1][1] * 1e9:.1f} ns a lap, taken out; other: the rest of the compiled calls), the share "
+              "outside the kernels (selection and other)")
+        print("| problem | " + " | ".join(names) + " | round | outside the kernels |")
+        print("|---" * (len(names) + 3) + "|")
+        for label, (per_round, _) in parts:
             if per_round is None:
                 print(f"| {label} | the Python loop ran |")
                 continue
-            cells = " | ".join(f"{x * 1e6:.1f}" for x in per_round[:-1])
+            cells = " | ".join(f"{x * 1e9:.0f}" for x in per_round)
             outside = (per_round[0] + per_round[5]) / per_round[-1]
             print(f"| {label} | {cells} | {outside:.1%} |")
     print(f"load average {os.getloadavg()}")

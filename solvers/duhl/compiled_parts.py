@@ -7,11 +7,13 @@ the row of coordinate i (-1: not in the block).
 """
 
 import hashlib
+import time
 from pathlib import Path
 
 import numpy as np
-from numba import njit
-from numba.extending import overload
+from llvmlite import ir
+from numba import njit, types
+from numba.extending import intrinsic, overload
 
 from solvers.duhl.gap_select import _gap_block
 from solvers.duhl.inmemory import _csr, _now, _thread_cpu_ns  # noqa: F401 (compiled_swaps takes _now from here)
@@ -22,21 +24,44 @@ from solvers.kernels import cpu
 # Numba's cache keys a function on its own file only (numba#1833): the loops' cache files
 # (compiled_swaps, gram) are named after the code they compile in from other files, so an
 # edit there recompiles
-_SOURCES = ("duhl/compiled_parts.py", "duhl/gap_select.py", "duhl/inmemory.py", "duhl/gram.py", "kernels/cpu.py",
-            "glm/certificates.py")
+_SOURCES = ("duhl/compiled_parts.py", "duhl/gap_select.py", "duhl/few_select.py", "duhl/inmemory.py", "duhl/gram.py",
+            "kernels/cpu.py", "glm/certificates.py")
 _DIGEST = hashlib.sha1(b"".join((Path(__file__).parents[1] / f).read_bytes() for f in _SOURCES)).hexdigest()[:12]
 
 
-def loop_kernel(fn):
-    """A compiled loop's function, cached under a name that changes with the code it compiles in."""
+def loop_kernel(fn=None, *, inline="never"):
+    """A compiled loop's function, cached under a name that changes with the code it compiles in;
+    ``inline="always"``: compiled into its callers (a call passing arrays costs ~30 ns here)."""
+    if fn is None:
+        return lambda f: loop_kernel(f, inline=inline)
     fn.__name__ = f"{fn.__name__}__{_DIGEST}"
-    return cpu.model_kernel(nogil=True, cache=True, error_model="numpy")(fn)
+    return cpu.model_kernel(nogil=True, cache=True, error_model="numpy", inline=inline)(fn)
+
+
+@intrinsic
+def _cycles(typingctx):
+    """The CPU's time-stamp counter (llvm.readcyclecounter): a wall clock in cycles at a constant
+    rate, ~10 ns a reading here where clock_gettime's costs ~30 (a profile of 0.1 us parts)."""
+    def codegen(context, builder, signature, args):
+        fn = builder.module.declare_intrinsic("llvm.readcyclecounter", fnty=ir.FunctionType(ir.IntType(64), []))
+        return builder.call(fn, [])
+    return types.int64(), codegen
 
 
 @njit(nogil=True, cache=True)
 def _clock(kind):
-    """The profile's clock in seconds: 1 wall (perf_counter's), 2 this thread's CPU time."""
-    return _now() if kind == 1 else _thread_cpu_ns() * 1e-9
+    """The profile's clock: 1 wall, in the time-stamp counter's cycles (see cycles_per_second),
+    2 this thread's CPU time in seconds."""
+    return np.float64(_cycles()) if kind == 1 else _thread_cpu_ns() * 1e-9
+
+
+def cycles_per_second(seconds=0.05):
+    """The time-stamp counter's rate, against perf_counter over ``seconds``."""
+    _clock(1)  # compiled first
+    c0, t0 = _clock(1), time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        pass
+    return (_clock(1) - c0) / (time.perf_counter() - t0)
 
 
 @njit(nogil=True, cache=True)
@@ -195,7 +220,7 @@ def _fill(order, m, coord_bytes, budget, chosen):
     return k
 
 
-@njit(nogil=True, cache=True)
+@loop_kernel  # it compiles in gap_select's and cpu's code: cached under their digest
 def _select(policy, gaps, resident, coord_bytes, budget, stream, cursor, chosen, order, keys):
     """The next block into ``chosen`` (Policy.select's rule: the longest prefix of the
     policy's order that fits ``budget``; ``order``, ``keys`` (uint64): scratch); returns
@@ -213,7 +238,7 @@ def _select(policy, gaps, resident, coord_bytes, budget, stream, cursor, chosen,
     return _fill(order, n, coord_bytes, budget, chosen)
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, inline="always")
 def _round_pass(keep, resident, proven, coord_bytes, block, joined, stale, list_stale):
     """The compiled swap loop's pass over the coordinates when its block changed, in coordinate
     order (as the resident set visits them; branch-free: which coordinates are in the block or
@@ -292,6 +317,16 @@ def _step(z_old, z, shift_old, shift, centred, path):
     if centred:
         path[1] += abs(total - (shift - shift_old))
     return np.sqrt(zz)
+
+
+def _proof_arrays(problem, m, proving):
+    """(norms, |mu|, path, at, proven, z scratch) of the proofs (see run_swap_slice); where none will
+    run, empty ones but ``proven`` (the round's pass reads it): a solve's set-up, ~5 us less."""
+    n = problem.n_coords
+    if not proving:
+        return np.empty(0), np.empty(0), np.zeros(2), np.empty((0, 2)), np.zeros(n, dtype=bool), np.empty(0)
+    return (np.sqrt(problem.sqnorm), np.abs(problem.mu), np.zeros(2), np.zeros((n, 2)), np.zeros(n, dtype=bool),
+            np.empty(m))
 
 
 def _hand_back(rset, problem, block, row_coord, resident, counters):

@@ -1,13 +1,13 @@
 """DuHL with part of the data resident on the CPU, the round loop compiled.
 
-The Python loop (:mod:`solvers.duhl.swaps`) spends ~1 ms of interpreter time per
-round (selection, swap bookkeeping, a thread hand-off, a trace row): on a small
-problem that is most of the round (diabetes at memory_budget 0.25: 250x the
-all-resident time). Here one compiled call runs many rounds of the same
-algorithm, with ``refresh="all"`` semantics (every gap exact each round):
+The Python loop (:mod:`solvers.duhl.swaps`) spends ~1 ms of interpreter time per round
+(selection, swap bookkeeping, a thread hand-off, a trace row): on a small problem most of
+the round (diabetes at memory_budget 0.25: 250x the all-resident time). Here one compiled
+call runs many rounds of the same algorithm, ``refresh="all"`` semantics (every gap exact):
 
-1. the block is chosen from the gap memory by the policy's rule (gap: largest
-   gap first, resident first on ties, filling the byte budget; sequential; random);
+1. the block is chosen from the gap memory by the policy's rule (gap: largest gap first,
+   resident first on ties, filling the byte budget, few coordinates by their ranks:
+   solvers.duhl.few_select; sequential; random);
 2. a swap copies the coordinates that joined the block into the block's buffer
    (dense rows, or a CSR buffer compacted in place), counted as the resident set
    counts them (bytes of the joined coordinates, how many joined);
@@ -34,9 +34,10 @@ import time
 import numpy as np
 
 from solvers.duhl import gram
-from solvers.duhl.compiled_parts import (_block_gaps, _clock, _hand_back, _now, _proven, _round_pass, _row,
-                                         _select, _step, _swap_in)
+from solvers.duhl.compiled_parts import (_block_gaps, _clock, _hand_back, _now, _proof_arrays, _proven, _round_pass,
+                                         _row, _select, _step, _swap_in)
 from solvers.duhl.compiled_parts import loop_kernel as _loop_kernel  # its old name here
+from solvers.duhl.few_select import _fit
 from solvers.duhl.gap_select import _next_block
 from solvers.duhl.gram import G_AT, G_EPOCHS, G_EVERY, G_ON, G_SINCE, _gram_block_end, _gram_epoch, _round_certify
 from solvers.duhl.gap_memory import MARGIN, ROUNDING
@@ -57,12 +58,13 @@ POLICIES = {"gap": 0, "sequential": 1, "random": 2}
 # dual SVM (u: 2.4 KB) 18% less CPU to 1e-6, w8a[20000] Lasso (u: 160 KB, 0.23 of it) even, diabetes
 # Lasso (u: 3.5 KB, 0.4) 19% more per round (few zeros to prove)
 PROOF_SHARE = 0.1
-# rows a slice can record before it returns: a row per round at most, and a return costs the
-# rows' Python (a few us each), so enough for a slice's rounds on small problems
-HISTORY = 4096
-# a benchmark sets this to np.zeros(len(PARTS)) to time every compiled swap loop's parts (wall
-# clock), or to np.zeros(len(PARTS) + 1) for the thread's CPU time (~0.3 us a reading)
+# rows a slice can record before it returns (a row per round at most; a return costs their Python,
+HISTORY = 4096  # a few us each): enough for a slice's rounds on small problems
+# a benchmark sets this to np.zeros(len(PARTS)) to time every compiled swap loop's parts (wall clock, in
+# cycles: compiled_parts.cycles_per_second), or to np.zeros(len(PARTS) + 1) for the thread's CPU seconds
 CLOCK = None
+# the slice's deadline read (~30 ns) every CLOCK_EVERY rounds while they take < SHORT_ROUNDS_S in all
+CLOCK_EVERY, SHORT_ROUNDS_S = 16, 20e-6  # (diabetes's rounds: ~1 us), else every round
 _NO_CLOCK = np.zeros(0)
 
 
@@ -92,7 +94,7 @@ def routes(solver, problem, rset):
 PARTS = ("selection", "swap", "stale gaps and certificate", "epochs", "block gaps", "other", "slice")
 
 
-@_loop_kernel
+@_loop_kernel(inline="always")
 def _lap(clock, part, t, timed):
     """Time since ``t`` added to ``clock[part]``; the clock now."""
     if not timed:
@@ -102,7 +104,7 @@ def _lap(clock, part, t, timed):
     return now
 
 
-@_loop_kernel
+@_loop_kernel(inline="always")
 def _lap_total(clock, code, t_start, timed):
     """The slice's time added to its entry; returns ``code``."""
     if timed:
@@ -147,10 +149,12 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
     norms, mu_abs, path, at, proven, z_old = proof_arrays
     G, dots, a_ref, gstate = gram
     everyone = np.arange(n)
+    fit = _fit(coord_bytes, budget)
     zero_off = np.zeros(1)
     shift_old = 0.0
     m = -1  # the block's size (block[:m]); -1: not listed in this call yet
     n_stale, stale_ready = 0, False  # stale[:n_stale] listed for the round ahead (by the proofs)
+    unread, read_at = 1, _now()
     t_start = _clock(timed) if timed else 0.0
     if counters[8] == 2.0:  # row 0: every gap at the start state
         gstate[G_SINCE] = gstate[G_EVERY]  # a data pass: the Gram's dots start there
@@ -168,7 +172,7 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
         # (block[:m], the resident mask, the buffers as they were: most rounds of w8a's dual SVM)
         held, listed, n_stale = False, True, n_stale if stale_ready else 0
         if policy == 0:
-            k, held, listed = _next_block(gaps, resident, coord_bytes, budget, keep, m, chosen, keys, order)
+            k, held, listed = _next_block(gaps, resident, coord_bytes, budget, fit, keep, m, chosen, keys, order)
         else:
             k = _select(policy, gaps, resident, coord_bytes, budget, picks, int(counters[6]), chosen, order, keys)
         if policy == 1:
@@ -201,10 +205,11 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
         if proving and counters[8] == 0.0 and not stale_ready:  # refreshed below, at the dual path's length now
             for j in range(n_stale):
                 at[stale[j], 0], at[stale[j], 1] = path[0], path[1]
-        block_gap = 0.0
-        for j in range(m):
-            block_gap += gaps[block[j]]
-        cut = shrink_cut(theta) * block_gap / max(1, k)  # 0, or a small share of the block's gap (logistic)
+        cut = 0.0  # or a small share of the block's gap (logistic)
+        if shrink_cut(theta) > 0.0:
+            for j in range(m):
+                cut += gaps[block[j]]
+            cut = shrink_cut(theta) * cut / max(1, k)
         n_gap = 0  # the block's rows, and those with a gap above the cut
         for j in range(m):
             i = block[j]
@@ -273,8 +278,14 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
         t = _lap(clock, 4, t, timed)
         if counters[0] >= max_updates:
             return _lap_total(clock, 2, t_start, timed)
-        if counters[4] >= history.shape[0] or _now() >= deadline:
+        if counters[4] >= history.shape[0]:
             return _lap_total(clock, 3, t_start, timed)
+        unread -= 1
+        if unread <= 0:  # the deadline: a clock reading (~30 ns) every CLOCK_EVERY rounds while they are short
+            now = _now()
+            if now >= deadline:
+                return _lap_total(clock, 3, t_start, timed)
+            unread, read_at = CLOCK_EVERY if now - read_at < SHORT_ROUNDS_S else 1, now
         if gstate[G_AT] > 0.0 and counters[1] >= gstate[G_AT]:
             return _lap_total(clock, 4, t_start, timed)
 
@@ -380,16 +391,6 @@ def solve_compiled_swaps(solver, problem, rset, a, z, off, rng, trace, t0, itera
     if status != "converged":  # the last round's end state: one more pass certifies it
         certify_here(counters[1], counters[0], counters[2], np.count_nonzero(resident))
     return status, int(counters[1]), (float(counters[0]), counters[7])
-
-
-def _proof_arrays(problem, m, proving):
-    """(norms, |mu|, path, at, proven, z scratch) of the proofs (see run_swap_slice); where none will
-    run, empty ones but ``proven`` (the round's pass reads it): a solve's set-up, ~5 us less."""
-    n = problem.n_coords
-    if not proving:
-        return np.empty(0), np.empty(0), np.zeros(2), np.empty((0, 2)), np.zeros(n, dtype=bool), np.empty(0)
-    return (np.sqrt(problem.sqnorm), np.abs(problem.mu), np.zeros(2), np.zeros((n, 2)), np.zeros(n, dtype=bool),
-            np.empty(m))
 
 
 def _form(problem, a, z, off, gap_sum, s_max, dual_best):

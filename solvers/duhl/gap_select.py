@@ -12,8 +12,17 @@ if it ends among the gaps equal to the residents' lowest (_edge_mask: the dual S
 when a few gaps grew; ~40 us where the bits took ~110 on w8a[20000] at memory_budget 0.25).
 """
 
+import hashlib
+from pathlib import Path
+
 import numpy as np
 from numba import njit
+
+from solvers.duhl.few_select import _few_mask
+
+# Numba's cache keys a function on its own file (numba#1833): _next_block, which compiles in
+# few_select's code, is cached under a name that changes with that file
+_FEW_DIGEST = hashlib.sha1((Path(__file__).parent / "few_select.py").read_bytes()).hexdigest()[:12]
 
 MAX_BITS, FEW = 12, 32
 CHUNK = 256  # coordinates a sum of _tie_cut's covers before it looks inside
@@ -229,19 +238,30 @@ def _new_block(gaps, resident, coord_bytes, budget, chosen, keys, cand, low_in):
     return _radix_block(gaps, resident, coord_bytes, budget, chosen, keys, cand)
 
 
-@njit(nogil=True, cache=True)
-def _next_block(gaps, resident, coord_bytes, budget, keep, m, chosen, keys, cand):
+def _with_few_digest(fn):
+    fn.__qualname__ = f"{fn.__name__}__{_FEW_DIGEST}"
+    return fn
+
+
+@njit(nogil=True, cache=True, inline="always")
+@_with_few_digest
+def _next_block(gaps, resident, coord_bytes, budget, fit, keep, m, chosen, keys, cand):
     """The compiled swap loop's gap block (solvers.duhl.compiled_swaps): (k, held, listed). The
     resident block again (held when the loop lists it already, ``m`` >= 0, and ``keep`` is the
     resident mask; else ``keep`` set to it), the block where it ended (in ``keep``), or in
-    ``chosen[:k]`` by the bits (listed)."""
+    ``chosen[:k]`` by the bits (listed); a few coordinates in ``keep`` (_few_mask; ``fit``: _fit's)."""
+    if gaps.shape[0] <= FEW:
+        k, n_in = _few_mask(gaps, resident, coord_bytes, budget, fit, keep, keys.view(np.int64), cand)
+        if k >= 0:  # held: the last block (of m, every resident) again
+            return k, m >= 0 and n_in == k and k == m, False
+        return _radix_block(gaps, resident, coord_bytes, budget, chosen, keys, cand), False, True
     low_in, high_out, used = _resident_keys(gaps, resident, coord_bytes)
     if _holds(gaps, resident, coord_bytes, budget, low_in, high_out, used):
         if m >= 0:
             return m, True, False
         keep[:] = resident
         return _list(resident, chosen), False, False
-    if low_in != ~np.uint64(0) and gaps.shape[0] > FEW:  # a few: sorted at once (_radix_block)
+    if low_in != ~np.uint64(0):
         k = _edge_mask(gaps, resident, coord_bytes, budget, low_in, keep)
         if k >= 0:
             return k, False, False

@@ -161,7 +161,7 @@ def _certify(A, stale, a, z, off, mu, c, b, theta, tight, l1, carry_dual, gaps, 
     return _state_row(a, z, off, c, b, theta, tight, l1, carry_dual, gaps, s, counters)
 
 
-@loop_kernel
+@loop_kernel(inline="always")
 def _round_certify(A, G, everyone, stale, a, z, off, mu, c, b, theta, tight, l1, carry_dual, gaps, s, counters,
                    dots, a_ref, zero_off, gstate, out_g, out_s, tol_abs):
     """The round's certificate: without the Gram matrix the stale gaps from the data (_certify);
@@ -245,7 +245,7 @@ def _schedule(gstate, gap, tol_abs):
 # gaps come from t. The same updates in the same order as the kernels' epochs (up to rounding).
 
 
-@loop_kernel
+@loop_kernel(inline="always")
 def _gram_epoch(G, row_coord, order, block, a, off, mu, sqnorm, c, theta, t, n_samples):
     """An epoch over the block's rows ``order`` (coordinates row_coord[order]) from the dots t,
     kept up to date for the coordinates ``block``; returns the updates made."""
@@ -279,7 +279,7 @@ def _add_row_for(B, r, cd, z):
     return dense
 
 
-@loop_kernel
+@loop_kernel(inline="always")
 def _gram_block_end(B, positions, block, a, a_ref, z, off, mu, c, theta, t, gaps, s):
     """After _gram_epoch's epochs: z moved by the block's moves since a_ref (the round's start state:
     the certificate's), and the block's gaps and s from t."""

@@ -1,10 +1,12 @@
 """The gap selection's shortcut (solvers.duhl.gap_select._same_block): the block the coordinates
-hold is kept exactly when np.lexsort's prefix would choose it again."""
+hold is kept exactly when np.lexsort's prefix would choose it again; the block by the bits, where
+the last one ended, and of a few coordinates by their ranks (solvers.duhl.few_select) is that prefix."""
 
 import numpy as np
 import pytest
 
-from solvers.duhl.gap_select import _edge_block, _gap_block, _resident_keys, _same_block
+from solvers.duhl.few_select import _fit
+from solvers.duhl.gap_select import _edge_block, _gap_block, _next_block, _resident_keys, _same_block
 
 
 def _prefix(gaps, resident, coord_bytes, budget):
@@ -13,28 +15,32 @@ def _prefix(gaps, resident, coord_bytes, budget):
 
 
 def _random_case(n, trial, zeros, nans):
-    """Gaps (mostly zeros, or rounded to a tenth: ties; some -0.0 and NaN), bytes (some 0), a
-    budget, and the lexsort prefix of these gaps as the resident set."""
+    """Gaps (mostly zeros, or rounded to a tenth: ties; some -0.0 and NaN), bytes (some 0, or
+    all equal), a budget, and the lexsort prefix of these gaps as the resident set."""
     rng = np.random.default_rng(trial)
     gaps = np.where(rng.random(n) < zeros, 0.0, rng.random(n)) if trial % 3 else np.round(rng.random(n), 1)
     gaps[rng.random(n) < 0.03] = -0.0
     if trial % 4 == 3:
         gaps[rng.random(n) < nans] = np.nan
     coord_bytes = rng.integers(0 if trial % 5 == 0 else 1, 100, n)
+    if trial % 5 == 1:  # dense data: every coordinate the same bytes
+        coord_bytes[:] = coord_bytes[:1]
     budget = int(coord_bytes.sum() * rng.uniform(0.0, 1.05))
     resident = np.zeros(n, dtype=bool)
     resident[_prefix(gaps, rng.random(n) < 0.3, coord_bytes, budget)] = True
     return rng, gaps, coord_bytes, budget, resident
 
 
-@pytest.mark.parametrize("n", [0, 1, 40, 5000, 20000])
+@pytest.mark.parametrize("n", [0, 1, 10, 32, 40, 5000, 20000])
 def test_the_block_is_kept_exactly_when_the_lexsort_prefix_keeps_it(n):
     """Mostly-zero gaps (the dual SVM's), few distinct values, NaN and -0.0; the resident set the
     prefix of these gaps (kept), of gaps a few of which then grew, or a random set; zero-byte
-    coordinates: the shortcut answers exactly when the prefix is the resident set, with it."""
+    coordinates: the shortcut answers exactly when the prefix is the resident set, with it; the
+    block by the bits, or for a few coordinates (n <= 32) by their ranks, is the prefix."""
     kept = 0
     for trial in range(24):
-        rng, gaps, coord_bytes, budget, resident = _random_case(n, trial, zeros=0.9, nans=0.02)
+        rng, gaps, coord_bytes, budget, resident = _random_case(n, trial, zeros=0.9 if n > 32 else 0.4,
+                                                                nans=0.02 if n > 32 else 0.2)
         if trial % 6 == 1:
             gaps = gaps * np.where(rng.random(n) < 0.01, 3.0, 1.0)
         elif trial % 6 == 2:
@@ -81,3 +87,30 @@ def test_the_block_ending_at_a_given_gap_is_the_lexsort_prefix(n):
             last = inside[ties & resident].all(), inside[ties & ~resident].all()
             answered.add(last)
     assert len(answered) >= 3 if n > 1 else answered  # cut among resident ties, among the others, after all
+
+
+@pytest.mark.parametrize("n", [1, 2, 10, 32])
+def test_a_few_coordinates_block_by_ranks_is_the_lexsort_prefix(n):
+    """The compiled loop's block of a few coordinates (_next_block by _few_mask's ranks): the
+    lexsort prefix, as a mask, for dense data (every coordinate the same bytes: the count path,
+    ties cut inside or not) and mixed bytes; "held" exactly when it is the resident block the
+    loop lists already; a NaN gap falls back to the keys (listed), with the same prefix."""
+    paths = set()
+    for trial in range(60):
+        rng, gaps, coord_bytes, budget, resident = _random_case(n, trial, zeros=0.4, nans=0.2)
+        if trial % 6 == 2:
+            resident = rng.random(n) < 0.3
+        expected = _prefix(gaps, resident, coord_bytes, budget)
+        keep, chosen = np.zeros(n, bool), np.empty(n, np.int64)
+        m = int(resident.sum()) if trial % 2 else -1  # the loop lists the resident block (m >= 0), or not yet
+        fit = _fit(coord_bytes, budget)
+        k, held, listed = _next_block(gaps, resident, coord_bytes, budget, fit, keep, m, chosen,
+                                      np.empty(n, np.uint64), np.empty(n, np.int64))
+        got = np.sort(chosen[:k]) if listed else np.flatnonzero(keep)
+        np.testing.assert_array_equal(got, expected, err_msg=f"trial {trial}")
+        assert listed == bool(np.isnan(gaps).any()), trial
+        same = np.array_equal(np.flatnonzero(resident), expected)
+        assert held == (same and m >= 0 and not listed), trial
+        paths.add((fit >= 0, listed, held))
+    by_ranks = {(True, False, False), (False, False, False)} if n > 1 else {(True, False, False)}
+    assert by_ranks <= paths, paths  # both byte kinds (one coordinate: its bytes are all), by ranks

@@ -1,0 +1,58 @@
+"""The compiled swap loop's block of a few coordinates (n <= gap_select.FEW: diabetes's 10), by
+ranks: at 10 coordinates a round's kernels take ~0.1-0.2 us each, and the gap selection's keys and
+sort (gap_select._radix_block) took ~0.17 us of a ~1 us round. The same block as np.lexsort's prefix
+(largest gap first, resident first on ties, then by index; see gap_select)."""
+
+import numpy as np
+from numba import njit
+
+
+@njit(nogil=True, cache=True)
+def _fit(coord_bytes, budget):
+    """How many coordinates fit the budget when all have the same bytes (dense data; -1: not so)."""
+    each = coord_bytes[0] if coord_bytes.shape[0] else 0
+    for i in range(coord_bytes.shape[0]):
+        each = each if coord_bytes[i] == each else -1
+    return coord_bytes.shape[0] if each == 0 else (budget // each if each > 0 else -1)
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _few_mask(gaps, resident, coord_bytes, budget, fit, keep, rank, order):
+    """The block of a few coordinates as the mask ``keep``: (its size, how many of it resident), or
+    (-1, 0) with a NaN gap (``fit``: _fit's; ``rank``, ``order``: n int64 scratch). Each coordinate's
+    place in the order is how many gaps are above it (comparisons that vectorize: diabetes, 10
+    coordinates, ~40 ns); when every coordinate has the same bytes (dense data) the prefix that fits
+    is a count, and a coordinate is in it when its whole group of equal gaps is. Else, or when the
+    count ends inside a group, the order on ties (residents first, then by index) and the bytes in
+    that order decide. Inlined into the loop: a call passing these arrays costs ~30 ns."""
+    n = gaps.shape[0]
+    exact, nan, k, n_in = fit < 0, False, 0, 0
+    for i in range(n):
+        g, above, equal = gaps[i], 0, 0
+        for j in range(n):
+            above += gaps[j] > g
+            equal += gaps[j] == g
+        nan |= equal == 0  # NaN: equal to nothing (the keys order it)
+        exact |= (above < fit) & (fit < above + equal)
+        kept = above + equal <= fit
+        keep[i] = kept
+        k += kept
+        n_in += kept & resident[i]
+        rank[i] = above
+    if nan:
+        return -1, 0
+    if not exact:
+        return k, n_in
+    for i in range(n):
+        g, r = gaps[i], resident[i]
+        for j in range(n):
+            rank[i] += (gaps[j] == g) & ((resident[j] > r) | ((resident[j] == r) & (j < i)))
+        order[rank[i]] = i
+    used, k, n_in = 0, 0, 0
+    for t in range(n):
+        i = order[t]
+        used += coord_bytes[i]
+        keep[i] = used <= budget
+        k += keep[i]
+        n_in += keep[i] & resident[i]
+    return k, n_in
