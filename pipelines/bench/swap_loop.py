@@ -139,10 +139,14 @@ def main():
                 print(f"| {label} | skipped: {err} |")
                 continue
             warm = {}
-            for arm in arms:
-                t0 = time.perf_counter()
-                run(problem, arm, 0, max_epochs=2, share=args.budget)
-                warm[arm] = time.perf_counter() - t0
+            try:
+                for arm in arms:
+                    t0 = time.perf_counter()
+                    run(problem, arm, 0, max_epochs=2, share=args.budget)
+                    warm[arm] = time.perf_counter() - t0
+            except ValueError as err:  # e.g. a budget below one coordinate's data
+                print(f"| {label} | skipped: {err} |")
+                continue
             runs = {arm: [] for arm in arms}
             for seed in range(args.repeats):  # arms interleaved: a change of load hits them all
                 for arm in arms:

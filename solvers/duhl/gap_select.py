@@ -9,8 +9,9 @@ size), down to FEW candidates (sorted) or to equal gaps. Before that, one pass c
 the block the coordinates hold already is that prefix (_same_block; often so on the dual SVM,
 whose gaps are mostly zeros), and when not, two or three passes that vectorize find the prefix
 if it ends among the gaps equal to the residents' lowest (_edge_mask: the dual SVM's zeros,
-when a few gaps grew; ~40 us where the bits took ~110 on w8a[20000] at memory_budget 0.25).
-"""
+when a few gaps grew; ~40 us where the bits took ~110 on w8a[20000] at memory_budget 0.25); a
+small block (the last one at most TOP / 2) from one pass keeping the TOP best (_top_block); a
+few coordinates' by their ranks (solvers.duhl.few_select)."""
 
 import hashlib
 from pathlib import Path
@@ -20,11 +21,11 @@ from numba import njit
 
 from solvers.duhl.few_select import _few_mask
 
-# Numba's cache keys a function on its own file (numba#1833): _next_block, which compiles in
-# few_select's code, is cached under a name that changes with that file
+# Numba's cache keys a function on its own file (numba#1833): _next_block compiles in few_select's code
 _FEW_DIGEST = hashlib.sha1((Path(__file__).parent / "few_select.py").read_bytes()).hexdigest()[:12]
 
 MAX_BITS, FEW = 12, 32
+TOP = 16  # a block of at most this many coordinates (of more than FEW) by one pass keeping the best
 CHUNK = 256  # coordinates a sum of _tie_cut's covers before it looks inside
 
 
@@ -239,17 +240,16 @@ def _new_block(gaps, resident, coord_bytes, budget, chosen, keys, cand, low_in):
 
 
 def _with_few_digest(fn):
-    fn.__qualname__ = f"{fn.__name__}__{_FEW_DIGEST}"
+    fn.__qualname__ = f"{fn.__name__}__{_FEW_DIGEST}"  # the cache file's name
     return fn
 
 
 @njit(nogil=True, cache=True, inline="always")
 @_with_few_digest
 def _next_block(gaps, resident, coord_bytes, budget, fit, keep, m, chosen, keys, cand):
-    """The compiled swap loop's gap block (solvers.duhl.compiled_swaps): (k, held, listed). The
-    resident block again (held when the loop lists it already, ``m`` >= 0, and ``keep`` is the
-    resident mask; else ``keep`` set to it), the block where it ended (in ``keep``), or in
-    ``chosen[:k]`` by the bits (listed); a few coordinates in ``keep`` (_few_mask; ``fit``: _fit's)."""
+    """The compiled swap loop's gap block: (k, held, listed). The resident block again (held when
+    the loop lists it already, ``m`` >= 0; else ``keep`` set to it), the block in ``keep`` (where it
+    ended; a few coordinates: _few_mask, ``fit`` _fit's), or in ``chosen[:k]`` (listed)."""
     if gaps.shape[0] <= FEW:
         k, n_in = _few_mask(gaps, resident, coord_bytes, budget, fit, keep, keys.view(np.int64), cand)
         if k >= 0:  # held: the last block (of m, every resident) again
@@ -261,11 +261,43 @@ def _next_block(gaps, resident, coord_bytes, budget, fit, keep, m, chosen, keys,
             return m, True, False
         keep[:] = resident
         return _list(resident, chosen), False, False
+    if 0 <= m <= TOP // 2:  # the last block small: this one likely among the TOP best
+        k = _top_block(gaps, resident, coord_bytes, budget, chosen, keys, cand)
+        if k >= 0:
+            return k, False, True
     if low_in != ~np.uint64(0):
         k = _edge_mask(gaps, resident, coord_bytes, budget, low_in, keep)
         if k >= 0:
             return k, False, False
     return _radix_block(gaps, resident, coord_bytes, budget, chosen, keys, cand), False, True
+
+
+@njit(nogil=True, cache=True)
+def _top_block(gaps, resident, coord_bytes, budget, chosen, keys, cand):
+    """The block into ``chosen`` when it is among the order's TOP first, its size (-1: all TOP fit):
+    one pass keeps the TOP first sorted in ``cand``, their keys in ``keys`` (one enters when it comes
+    before the last kept: rarely after the first few). w8a[20000]'s 300 features at budget 0.05."""
+    n = gaps.shape[0]
+    bits = gaps.view(np.uint64)
+    filled, below = 0, -np.inf
+    for i in range(n):
+        if gaps[i] < below:  # after the last kept (most coordinates: no key)
+            continue
+        u = _key(bits[i], gaps[i])
+        t = filled
+        if filled == TOP:  # i comes after the kept ones of its key and residency (a higher index)
+            if not (u > keys[TOP - 1] or (u == keys[TOP - 1] and resident[i] and not resident[cand[TOP - 1]])):
+                continue
+            t = TOP - 1
+        else:
+            filled += 1
+        while t > 0 and (u > keys[t - 1] or (u == keys[t - 1] and resident[i] and not resident[cand[t - 1]])):
+            keys[t], cand[t] = keys[t - 1], cand[t - 1]
+            t -= 1
+        keys[t], cand[t] = u, i
+        below = gaps[cand[TOP - 1]] if filled == TOP else below
+    k, _, short = _take(cand[:filled], coord_bytes, budget, chosen, 0)
+    return k if short or filled == n else -1
 
 
 @njit(nogil=True, cache=True)

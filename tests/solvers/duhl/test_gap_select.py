@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from solvers.duhl.few_select import _fit
-from solvers.duhl.gap_select import _edge_block, _gap_block, _next_block, _resident_keys, _same_block
+from solvers.duhl.gap_select import TOP, _edge_block, _gap_block, _next_block, _resident_keys, _same_block, _top_block
 
 
 def _prefix(gaps, resident, coord_bytes, budget):
@@ -114,3 +114,25 @@ def test_a_few_coordinates_block_by_ranks_is_the_lexsort_prefix(n):
         paths.add((fit >= 0, listed, held))
     by_ranks = {(True, False, False), (False, False, False)} if n > 1 else {(True, False, False)}
     assert by_ranks <= paths, paths  # both byte kinds (one coordinate: its bytes are all), by ranks
+
+
+@pytest.mark.parametrize("n", [40, 300, 5000])
+def test_a_small_block_kept_in_one_pass_is_the_lexsort_prefix(n):
+    """_top_block (a block among the order's TOP first): the lexsort prefix when it answers, and it
+    answers exactly when the prefix ends before TOP coordinates fit or all of them are in it; small
+    budgets (a few coordinates), ties (zeros, rounded gaps) resident first, NaN last."""
+    answered = 0
+    for trial in range(40):
+        rng, gaps, coord_bytes, budget, resident = _random_case(n, trial, zeros=0.6, nans=0.05)
+        budget = int(np.sort(coord_bytes)[::-1][: 1 + trial % (2 * TOP)].sum() * rng.uniform(0.5, 1.2))
+        resident = rng.random(n) < 8 / n if trial % 3 else resident
+        expected = _prefix(gaps, resident, coord_bytes, budget)
+        order = np.lexsort((~resident, -gaps))
+        fits_all_top = coord_bytes[order[:TOP]].sum() <= budget
+        chosen = np.empty(n, np.int64)
+        k = _top_block(gaps, resident, coord_bytes, budget, chosen, np.empty(n, np.uint64), np.empty(n, np.int64))
+        assert (k < 0) == fits_all_top, trial
+        if k >= 0:
+            answered += 1
+            np.testing.assert_array_equal(np.sort(chosen[:k]), expected, err_msg=f"trial {trial}")
+    assert answered >= 20
