@@ -82,8 +82,9 @@ def _lap_cost(laps):
     return (t - t0) / laps
 
 
-# laps a round takes per part (compiled_swaps.run_swap_slice): "other" twice, the rest once
-LAPS = np.array([1, 1, 1, 1, 1, 2])
+# clock readings a round takes per part (compiled_swaps.run_swap_slice): "other" two laps and the
+# reading that starts the round, the rest a lap each
+LAPS = np.array([1, 1, 1, 1, 1, 3])
 
 
 def round_parts(problem, repeats, share):
