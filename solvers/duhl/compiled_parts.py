@@ -61,7 +61,10 @@ def cycles_per_second(seconds=0.05):
     c0, t0 = _clock(1), time.perf_counter()
     while time.perf_counter() - t0 < seconds:
         pass
-    return (_clock(1) - c0) / (time.perf_counter() - t0)
+    hz = (_clock(1) - c0) / (time.perf_counter() - t0)
+    if hz <= 0:  # llvm.readcyclecounter reads 0 where the target has no counter
+        raise RuntimeError("this CPU has no time-stamp counter LLVM can read: the parts' wall clock is not available")
+    return hz
 
 
 @njit(nogil=True, cache=True)
