@@ -25,7 +25,7 @@ from solvers.kernels import cpu
 # (compiled_swaps, gram) are named after the code they compile in from other files, so an
 # edit there recompiles
 _SOURCES = ("duhl/compiled_parts.py", "duhl/gap_select.py", "duhl/few_select.py", "duhl/inmemory.py", "duhl/gram.py",
-            "kernels/cpu.py", "glm/certificates.py")
+            "duhl/round_pass.py", "kernels/cpu.py", "glm/certificates.py")
 _DIGEST = hashlib.sha1(b"".join((Path(__file__).parents[1] / f).read_bytes() for f in _SOURCES)).hexdigest()[:12]
 
 
@@ -239,30 +239,6 @@ def _select(policy, gaps, resident, coord_bytes, budget, stream, cursor, chosen,
             order[i] = i
         cpu.shuffle(order, stream)
     return _fill(order, n, coord_bytes, budget, chosen)
-
-
-@njit(nogil=True, cache=True, inline="always")
-def _round_pass(keep, resident, proven, coord_bytes, block, joined, stale, list_stale):
-    """The compiled swap loop's pass over the coordinates when its block changed, in coordinate
-    order (as the resident set visits them; branch-free: which coordinates are in the block or
-    stale is unpredictable): the block into ``block``, those that join it into ``joined`` (their
-    data copied in by the swap), ``resident`` set to ``keep``, and with ``list_stale`` the stale
-    gaps (not resident before, not proven) into ``stale`` (a third list: ~1 ns a coordinate).
-    Returns (the block's size, how many join, their bytes, how many stale)."""
-    m, n_joined, moved, n_stale = 0, 0, 0, 0
-    for i in range(keep.shape[0]):
-        r, kept = resident[i], keep[i]
-        if list_stale:  # the same branch every time: predicted
-            stale[n_stale] = i
-            n_stale += not (r | proven[i])  # | : no branch
-        block[m] = i
-        m += kept
-        new = kept & (not r)
-        joined[n_joined] = i
-        n_joined += new
-        moved += coord_bytes[i] if new else 0
-        resident[i] = kept
-    return m, n_joined, moved, n_stale
 
 
 @njit(nogil=True, cache=True)

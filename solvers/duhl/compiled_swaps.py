@@ -20,11 +20,10 @@ call runs many rounds of the same algorithm, ``refresh="all"`` semantics (every 
    shrinking), in the orders the Python loop draws (``cpu.shuffle`` from the same
    state: solvers.duhl.selection.stream), then the block's gaps at the new state.
 
-With the same selection it gives the Python loop's iterates, bytes, swaps and
-trace rows (with refresh="all"), bit for bit: the same kernels in the same order,
-and the gap sum as NumPy sums (pairwise). One difference: when a row certifies
-the round's start state, this loop returns at once, where the Python loop has run
-the round's epochs meanwhile and discards them (``epochs`` counts them there).
+With the same selection it gives the Python loop's iterates, bytes, swaps and trace rows (with
+refresh="all"), bit for bit: the same kernels in the same order, and the gap sum as NumPy sums
+(pairwise). One difference: when a row certifies the round's start state, this loop returns at once,
+where the Python loop has run the round's epochs meanwhile and discards them (``epochs`` counts them).
 
 :func:`routes` says when the DuHL solver uses this loop (see its docstring).
 """
@@ -34,13 +33,14 @@ import time
 import numpy as np
 
 from solvers.duhl import gram
-from solvers.duhl.compiled_parts import (_block_gaps, _clock, _hand_back, _now, _proof_arrays, _proven, _round_pass,
-                                         _row, _select, _step, _swap_in)
+from solvers.duhl.compiled_parts import (_block_gaps, _clock, _hand_back, _now, _proof_arrays, _proven, _row, _select,
+                                         _step, _swap_in)
 from solvers.duhl.compiled_parts import loop_kernel as _loop_kernel  # its old name here
 from solvers.duhl.few_select import _fit
 from solvers.duhl.gap_select import _next_block
 from solvers.duhl.gram import G_AT, G_EPOCHS, G_EVERY, G_ON, G_SINCE, _gram_block_end, _gram_epoch, _round_certify
 from solvers.duhl.gap_memory import MARGIN, ROUNDING
+from solvers.duhl.round_pass import SORT_FEW, _round_lists, _round_pass, _stale_runs
 from solvers.duhl.inmemory import _epoch
 from solvers.duhl.selection import stream
 from solvers.duhl.swaps import MAX_PASSES_PER_ROUND, _child, round_epochs
@@ -53,16 +53,14 @@ from solvers.kernels import cpu
 # the Python loop's own cost per round (see routes)
 EXTRA_GAP_BYTES = 4 << 20
 POLICIES = {"gap": 0, "sequential": 1, "random": 2}
-# proofs (solvers.duhl.gap_memory) run when their dual step's reads of u (three a round) are at most
-# this share of the stale data they may spare a round; measured at memory_budget 0.25: w8a[20000]
-# dual SVM (u: 2.4 KB) 18% less CPU to 1e-6, w8a[20000] Lasso (u: 160 KB, 0.23 of it) even, diabetes
-# Lasso (u: 3.5 KB, 0.4) 19% more per round (few zeros to prove)
+# proofs (solvers.duhl.gap_memory) run when their dual step's reads of u (three a round) are at most this
+# share of the stale data they may spare a round; measured at memory_budget 0.25: w8a[20000] dual SVM (u:
+# 2.4 KB) 18% less CPU to 1e-6, w8a[20000] Lasso (u: 160 KB, 0.23) even, diabetes (3.5 KB, 0.4) 19% more
 PROOF_SHARE = 0.1
 # rows a slice can record before it returns (a row per round at most; a return costs their Python,
 HISTORY = 4096  # a few us each): enough for a slice's rounds on small problems
-# a benchmark sets this to np.zeros(len(PARTS)) to time every compiled swap loop's parts (wall clock, in
-# cycles: compiled_parts.cycles_per_second), or to np.zeros(len(PARTS) + 1) for the thread's CPU seconds
-CLOCK = None
+# a benchmark's np.zeros(len(PARTS)) times every compiled swap loop's parts (wall clock, in cycles:
+CLOCK = None  # compiled_parts.cycles_per_second), np.zeros(len(PARTS) + 1) the thread's CPU seconds
 # the slice's deadline read (~30 ns) every CLOCK_EVERY rounds while they take < SHORT_ROUNDS_S in all
 CLOCK_EVERY, SHORT_ROUNDS_S = 16, 20e-6  # (diabetes's rounds: ~1 us), else every round
 _NO_CLOCK = np.zeros(0)
@@ -177,25 +175,28 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
             k = _select(policy, gaps, resident, coord_bytes, budget, picks, int(counters[6]), chosen, order, keys)
         if policy == 1:
             counters[6] = (counters[6] + k) % n
-        if listed:
-            keep[:] = False
+        if listed:  # keep: the last block's mask when listed (m >= 0)
+            keep[: n if m < 0 else 0] = False
+            for j in range(max(m, 0)):
+                keep[block[j]] = False
             n_in = 0
             for j in range(k):
                 keep[chosen[j]] = True
                 n_in += resident[chosen[j]]
             held = n_in == k and k == m
         t = _lap(clock, 0, t, timed)
-        # the stale gaps (not in the last round's block, not proven; listed by the last round's
-        # proofs when they ran), the block, those that join it, the resident mask (_round_pass)
-        n_joined, moved = 0, 0
+        # the stale gaps (not in the last round's block, not proven; listed by the last round's proofs
+        n_joined, moved = 0, 0  # when they ran), the block, those that join it, the resident mask
         if not held:
-            m, n_joined, moved, n_listed = _round_pass(keep, resident, proven, coord_bytes, block, joined, stale,
-                                                       not stale_ready)
+            if m >= 0 and n > SORT_FEW:  # the last block listed: O(k + m) (a few coordinates: one pass)
+                m, n_joined, moved, n_listed = _round_lists(keep, chosen, k, listed, resident, proven, proving,
+                                                            coord_bytes, block, m, joined, stale, not stale_ready)
+            else:
+                m, n_joined, moved, n_listed = _round_pass(keep, resident, proven, coord_bytes, block, joined, stale,
+                                                           not stale_ready)
             n_stale = n_stale if stale_ready else n_listed
-        elif not stale_ready:
-            for i in range(n):
-                stale[n_stale] = i
-                n_stale += not (resident[i] | proven[i])
+        elif not stale_ready:  # (held: listed, m >= 0)
+            n_stale = _stale_runs(block, m, proven, proving, stale)
         counters[2] += n_joined
         counters[3] += moved
         t = _lap(clock, 5, t, timed)

@@ -1,0 +1,59 @@
+"""The compiled swap loop's round pass by lists (round_pass._round_lists: O(k + m) work when the
+last block is listed) against the round's lists as NumPy states them: the new block, those joining it
+and their bytes, the stale gaps (not resident before, not proven), the resident mask after."""
+
+import numpy as np
+import pytest
+
+from solvers.duhl.round_pass import SORT_FEW, _round_lists
+
+
+def _case(rng, n, m, k, order):
+    old = np.sort(rng.choice(n, m, replace=False))
+    new = rng.choice(n, k, replace=False)
+    if order == "sorted":
+        new = np.sort(new)
+    resident = np.zeros(n, dtype=bool)
+    resident[old] = True
+    keep = np.zeros(n, dtype=bool)
+    keep[new] = True
+    return old, new, resident, keep
+
+
+def _run(old, new, resident, keep, listed, proven, proving, coord_bytes, list_stale):
+    """_round_lists on copies (the old block listed, ``chosen`` unset for a mask): its returns, the
+    new block, the joined and stale lists, the resident mask after."""
+    n, m, k = keep.shape[0], old.shape[0], new.shape[0]
+    block = np.full(n + 1, -7, dtype=np.int64)
+    block[:m] = old
+    chosen = np.full(n, -7, dtype=np.int64)
+    if listed:
+        chosen[:k] = new
+    joined, stale, resident = np.full(n, -7, dtype=np.int64), np.full(n + 1, -7, dtype=np.int64), resident.copy()
+    got = _round_lists(keep, chosen, k, listed, resident, proven, proving, coord_bytes, block, m, joined, stale,
+                       list_stale)
+    m_new, n_joined, _, n_stale = got
+    return got, block[:m_new], joined[:n_joined], stale[:n_stale], resident
+
+
+@pytest.mark.parametrize("n", [SORT_FEW + 1, 300, 5000])
+@pytest.mark.parametrize("order", ["sorted", "shuffled", "mask"])
+@pytest.mark.parametrize("proving", [False, True])
+def test_round_lists_are_numpys(n, order, proving):
+    rng = np.random.default_rng(n)
+    sizes = [(0, 0), (0, 5), (5, 0), (n, n), (n // 2, n), (3, SORT_FEW), (SORT_FEW, SORT_FEW + 1), (n // 20, n // 20)]
+    sizes += [tuple(rng.integers(0, n + 1, 2)) for _ in range(20)]
+    for m, k in sizes:
+        old, new, resident, keep = _case(rng, n, m, k, order)
+        proven = (rng.random(n) < 0.3) & ~resident if proving else np.zeros(n, dtype=bool)
+        coord_bytes = rng.integers(1, 1000, n)
+        want_joined = np.flatnonzero(keep & ~resident)
+        want_stale = np.flatnonzero(~resident & ~proven)
+        for list_stale in (False, True):
+            (m_new, n_joined, moved, n_stale), block, joined, stale, after = _run(
+                old, new, resident, keep, order != "mask", proven, proving, coord_bytes, list_stale)
+            assert m_new == k and (block == np.flatnonzero(keep)).all(), (m, k)
+            assert n_joined == want_joined.size and (joined == want_joined).all(), (m, k)
+            assert moved == coord_bytes[want_joined].sum()
+            assert (after == keep).all()
+            assert n_stale == (want_stale.size if list_stale else 0) and (stale == want_stale[:n_stale]).all(), (m, k)
