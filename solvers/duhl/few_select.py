@@ -17,37 +17,35 @@ def _fit(coord_bytes, budget):
 
 
 @njit(nogil=True, cache=True, inline="always")
-def _few_mask(gaps, resident, coord_bytes, budget, fit, keep, rank, order):
+def _few_mask(gaps, resident, coord_bytes, budget, fit, keep, order):
     """The block of a few coordinates as the mask ``keep``: (its size, how many of it resident), or
-    (-1, 0) with a NaN gap (``fit``: _fit's; ``rank``, ``order``: n int64 scratch). Each coordinate's
-    place in the order is how many gaps are above it (comparisons that vectorize: diabetes, 10
-    coordinates, ~40 ns); when every coordinate has the same bytes (dense data) the prefix that fits
-    is a count, and a coordinate is in it when its whole group of equal gaps is. Else, or when the
-    count ends inside a group, the order on ties (residents first, then by index) and the bytes in
-    that order decide. Inlined into the loop: a call passing these arrays costs ~30 ns."""
+    (-1, 0) with a NaN gap (``fit``: _fit's; ``order``: n int64 scratch). A coordinate's place in
+    the order ends at the count of gaps at or above its own (comparisons that vectorize, one a pair:
+    diabetes, 10 coordinates, ~30 ns); when every coordinate has the same bytes (dense data) the
+    prefix that fits is a count: a coordinate is in it when that count is within ``fit``, which
+    takes its whole group of equal gaps. When they are fewer than fit (a group cut by the count),
+    or the bytes differ, the order on ties (residents first, then by index) and the bytes in that
+    order decide. Inlined into the loop: a call passing these arrays costs ~30 ns."""
     n = gaps.shape[0]
-    exact, nan, k, n_in = fit < 0, False, 0, 0
+    nan, k, n_in = False, 0, 0
     for i in range(n):
-        g, above, equal = gaps[i], 0, 0
+        g, ge = gaps[i], 0
         for j in range(n):
-            above += gaps[j] > g
-            equal += gaps[j] == g
-        nan |= equal == 0  # NaN: equal to nothing (the keys order it)
-        exact |= (above < fit) & (fit < above + equal)
-        kept = above + equal <= fit
+            ge += gaps[j] >= g
+        nan |= ge == 0  # NaN: not even equal to itself (the keys order it)
+        kept = ge <= fit
         keep[i] = kept
         k += kept
         n_in += kept & resident[i]
-        rank[i] = above
     if nan:
         return -1, 0
-    if not exact:
+    if fit >= 0 and k == min(fit, n):
         return k, n_in
     for i in range(n):
-        g, r = gaps[i], resident[i]
+        g, r, rank = gaps[i], resident[i], 0
         for j in range(n):
-            rank[i] += (gaps[j] == g) & ((resident[j] > r) | ((resident[j] == r) & (j < i)))
-        order[rank[i]] = i
+            rank += (gaps[j] > g) | ((gaps[j] == g) & ((resident[j] > r) | ((resident[j] == r) & (j < i))))
+        order[rank] = i
     used, k, n_in = 0, 0, 0
     for t in range(n):
         i = order[t]

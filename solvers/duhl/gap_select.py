@@ -251,7 +251,7 @@ def _next_block(gaps, resident, coord_bytes, budget, fit, keep, m, chosen, keys,
     the loop lists it already, ``m`` >= 0; else ``keep`` set to it), the block in ``keep`` (where it
     ended; a few coordinates: _few_mask, ``fit`` _fit's), or in ``chosen[:k]`` (listed)."""
     if gaps.shape[0] <= FEW:
-        k, n_in = _few_mask(gaps, resident, coord_bytes, budget, fit, keep, keys.view(np.int64), cand)
+        k, n_in = _few_mask(gaps, resident, coord_bytes, budget, fit, keep, cand)
         if k >= 0:  # held: the last block (of m, every resident) again
             return k, m >= 0 and n_in == k and k == m, False
         return _radix_block(gaps, resident, coord_bytes, budget, chosen, keys, cand), False, True
