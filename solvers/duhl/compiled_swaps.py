@@ -196,7 +196,7 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
                                                            not stale_ready)
             n_stale = n_stale if stale_ready else n_listed
         elif not stale_ready:  # (held: listed, m >= 0)
-            n_stale = _stale_runs(block, m, proven, proving, stale)
+            n_stale = _stale_runs(block, m, resident, proven, proving, stale)
         counters[2] += n_joined
         counters[3] += moved
         t = _lap(clock, 5, t, timed)

@@ -6,6 +6,7 @@ before, not proven by the gap memory). Inlined into the loop: a call passing the
 from numba import njit
 
 SORT_FEW = 32  # a listed block of at most this many coordinates sorted, a larger one listed from its mask
+RUNS = 8  # the stale gaps as runs between the block's coordinates when it is at most a RUNS-th of them
 
 
 @njit(nogil=True, cache=True, inline="always")
@@ -33,10 +34,16 @@ def _round_pass(keep, resident, proven, coord_bytes, block, joined, stale, list_
 
 
 @njit(nogil=True, cache=True, inline="always")
-def _stale_runs(block, m, proven, proving, stale):
-    """The coordinates outside the block ``block[:m]`` (coordinate order), unless proven when
-    ``proving``, into ``stale``: the runs between the block's; their count."""
+def _stale_runs(block, m, resident, proven, proving, stale):
+    """The coordinates outside the block ``block[:m]`` (coordinate order; ``resident`` its mask),
+    unless proven when ``proving``, into ``stale``: the runs between the block's when they are long
+    (a block of at most a RUNS-th of the coordinates), else a pass over the mask; their count."""
     n, n_stale, start = proven.shape[0], 0, 0
+    if m * RUNS > n:  # short runs: a loop each costs more than a pass (w8a[20000] logistic at 0.25)
+        for i in range(n):
+            stale[n_stale] = i
+            n_stale += not (resident[i] | proven[i])
+        return n_stale
     for j in range(m + 1):
         end = block[j] if j < m else n
         if proving:
@@ -62,7 +69,7 @@ def _round_lists(keep, chosen, k, listed, resident, proven, proving, coord_bytes
     w8a[20000] at memory_budget 0.05: the pass over every coordinate took ~2-4 ns each (its arrays
     out of cache after the kernels)."""
     n = keep.shape[0]
-    n_stale = _stale_runs(block, m, proven, proving, stale) if list_stale else 0
+    n_stale = _stale_runs(block, m, resident, proven, proving, stale) if list_stale else 0
     ordered = listed
     for j in range(1, k if listed else 0):  # a sort's order or a policy's: the block's is coordinates'
         ordered &= chosen[j - 1] < chosen[j]
