@@ -21,7 +21,7 @@ def _few_mask(gaps, resident, coord_bytes, budget, fit, keep, order):
     """The block of a few coordinates as the mask ``keep``: (its size, how many of it resident), or
     (-1, 0) with a NaN gap (``fit``: _fit's; ``order``: n int64 scratch). A coordinate's place in
     the order ends at the count of gaps at or above its own (comparisons that vectorize, one a pair:
-    diabetes, 10 coordinates, ~30 ns); when every coordinate has the same bytes (dense data) the
+    diabetes, 10 coordinates, ~40 ns apart, ~60 in the loop); when every coordinate has the same bytes (dense data) the
     prefix that fits is a count: a coordinate is in it when that count is within ``fit``, which
     takes its whole group of equal gaps. When they are fewer than fit (a group cut by the count),
     or the bytes differ, the order on ties (residents first, then by index) and the bytes in that
