@@ -1,6 +1,7 @@
 """Anderson extrapolation on and off, side by side with the Lasso peers.
 
     python -m pipelines.bench.anderson              # the quick bench's Lasso problems, 3 repeats
+    python -m pipelines.bench.anderson --full       # the full bench's (make bench: w8a's 49,749 rows, ...)
 
 Per Lasso problem of ``make bench QUICK=1`` (w8a[20000], diabetes, dense 2000x1000,
 sparse 5000x5000), time to rel_gap 1e-6 of ours with all data resident, without and
@@ -66,12 +67,13 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--max-time", type=float, default=10.0, help="seconds per run")
+    parser.add_argument("--full", action="store_true", help="the full bench's Lasso problems (not --quick's)")
     args = parser.parse_args(argv)
     lines = ["| problem | ours (s) | + anderson (s) | epochs off / on | best peer (s) | ours / peer | "
              "+ anderson / peer |", "|---|---|---|---|---|---|---|"]
     with threadpool_limits(1):
         print(f"Numba warm-up: {compile_kernels(['lasso']):.2f} s, excluded", flush=True)
-        for label, build in problems(True):
+        for label, build in problems(not args.full):
             if "lasso" not in label:
                 continue
             try:
