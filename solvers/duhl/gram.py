@@ -5,10 +5,10 @@ side of G: where it applies, when to build it, how.
 """
 
 import numpy as np
-from numba import njit
 from numba.extending import overload
 
 from solvers.duhl.compiled_parts import _pairwise, loop_kernel
+from solvers.duhl.covariance import gram_cost, gram_matrix
 from solvers.duhl.inmemory import _csr, _gaps
 from solvers.glm.certificates import form_certificate, residual_stats
 from solvers.glm.models import coord_gap, coord_update
@@ -27,15 +27,12 @@ ANCHOR_EVERY = 16
 # G costs many rounds' stale reads (w8a[20000] Lasso: 24 passes over the data; dense 2000x1000: 75),
 # and a solve may end first (the dense Lasso in 5 rounds), so the loop reads the stale gaps from the
 # data until it has read about as much as G costs (GRAM_AFTER times the estimate), then builds G:
-# a ski rental, at most twice the better choice's cost. The estimate, in entries of a data pass: a
-# sample's pair of nonzeros costs 2 (the sparse kernel's scattered adds; w8a: 2.2 ns a pair, the gap
-# kernel 1.1 ns an entry), a pair of a dense one 0.15 (BLAS, one thread: 0.046 ns, the gap kernel 0.31)
+# a ski rental, at most twice the better choice's cost (the estimate: solvers.duhl.covariance.gram_cost)
 GRAM_AFTER = 1.0
 # ... except when G costs at most this many rounds' stale reads: then it is built before the first
 # round, since the loop's return to Python to build it later costs more (diabetes: G after 2 rounds,
 # the return ~0.15 ms, the rounds ~2 us each)
 GRAM_AT_ONCE = 4
-PAIR_COST = {True: 2.0, False: 0.15}
 # with G on, the block's epochs from G too (_gram_epoch), GRAM_EPOCHS times as many as from the data:
 # an epoch costs m^2 flops for m coordinates there, and the block's subproblem solved further takes
 # fewer rounds (swap_loop at budget 0.25, 2 / 4 / 8 times: w8a[20000] Lasso 0.91 / 0.97 / 1.18 the time
@@ -62,50 +59,12 @@ def uses_gram(solver, problem):
     return 8 * n * n <= GRAM_BYTES_SHARE * int(problem.coord_bytes.sum())
 
 
-@njit(nogil=True, cache=True)
-def _sparse_gram(indptr, indices, data, n):
-    """A A^T for A (n x m) given sample-major (CSR of A^T): each sample's outer product of its
-    nonzeros, the upper triangle accumulated, then mirrored."""
-    G = np.zeros((n, n))
-    for r in range(indptr.shape[0] - 1):
-        lo, hi = indptr[r], indptr[r + 1]
-        for k in range(lo, hi):
-            i = indices[k]
-            x = np.float64(data[k])
-            for e in range(k, hi):
-                j = indices[e]
-                if j >= i:
-                    G[i, j] += x * np.float64(data[e])
-                else:
-                    G[j, i] += x * np.float64(data[e])
-    for i in range(n):
-        for j in range(i + 1, n):
-            G[j, i] = G[i, j]
-    return G
-
-
 def gram_after(problem, stale_share):
     """The rounds after which the loop builds G (see GRAM_AFTER): G's estimated cost over the
     stale entries a round reads (``stale_share`` of the data's)."""
     A = problem.A
-    if problem.sparse:
-        per_sample = np.bincount(A.indices, minlength=A.shape[1]).astype(np.float64)  # nonzeros of each sample
-        pairs, entries = float((per_sample * (per_sample + 1) / 2).sum()), float(A.nnz)
-    else:
-        n, m = A.shape
-        pairs, entries = m * n * (n + 1) / 2, float(n * m)
-    return int(np.ceil(GRAM_AFTER * PAIR_COST[bool(problem.sparse)] * pairs / max(1.0, stale_share * entries)))
-
-
-def gram_matrix(problem):
-    """G = A A^T of the coordinates (float64, n x n): for sparse data from the samples' nonzeros
-    (w8a[20000], 300 features: 7 ms with the transpose, scipy's A @ A.T 21 ms), for dense data BLAS."""
-    A = problem.A
-    if problem.sparse:
-        T = A.T.tocsr()
-        return _sparse_gram(T.indptr, T.indices, T.data, problem.n_coords)
-    A64 = np.asarray(A, dtype=np.float64)
-    return A64 @ A64.T
+    entries = float(A.nnz) if problem.sparse else float(A.shape[0] * A.shape[1])
+    return int(np.ceil(GRAM_AFTER * gram_cost(problem) / max(1.0, stale_share * entries)))
 
 
 # the Gram matrix's state (run_swap_slice's ``gram``): gstate entries (G_AT: the round after which

@@ -1,4 +1,4 @@
-"""The all-resident Lasso's growing working set (solvers.duhl.inmemory._grow_cap): what it
+"""The all-resident Lasso's growing working set (solvers.duhl.working_set._grow_cap): what it
 keeps, and that a solve through it reaches scikit-learn's optimum with fewer epochs."""
 
 import numpy as np
