@@ -319,3 +319,9 @@ def _hand_back(rset, problem, block, row_coord, resident, counters):
     else:
         rset.in_block = row_coord >= 0
         rset._coords_dev = None
+
+
+def _form(problem, a, z, off, gap_sum, s_max, dual_best):
+    """Problem.certify's numbers in the form's orientation (P_form, D_form, gap, dual_best)."""
+    P, D, gap, best = problem.certify(a, z, off, gap_sum=gap_sum, s_max=s_max, dual_best=dual_best)
+    return (-D, -P, gap, best) if problem.dual_form else (P, D, gap, best)

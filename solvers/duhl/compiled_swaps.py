@@ -33,12 +33,13 @@ import time
 import numpy as np
 
 from solvers.duhl import gram
-from solvers.duhl.compiled_parts import (_block_gaps, _clock, _hand_back, _now, _proof_arrays, _proven, _row, _select,
-                                         _step, _swap_in)
+from solvers.duhl.compiled_parts import (_block_gaps, _clock, _form, _hand_back, _now, _proof_arrays, _proven, _row,
+                                         _select, _step, _swap_in)
 from solvers.duhl.compiled_parts import loop_kernel as _loop_kernel  # its old name here
 from solvers.duhl.few_select import _fit
 from solvers.duhl.gap_select import _next_block
-from solvers.duhl.gram import G_AT, G_EPOCHS, G_EVERY, G_ON, G_SINCE, _gram_block_end, _gram_epoch, _round_certify
+from solvers.duhl.gram import (G_AT, G_COST, G_EPOCHS, G_EVERY, G_ON, G_SINCE, G_START_GAP, G_WORK, _gram_block_end,
+                               _gram_due, _gram_epoch, _round_certify)
 from solvers.duhl.gap_memory import MARGIN, ROUNDING
 from solvers.duhl.round_pass import SORT_FEW, _round_lists, _round_pass, _stale_runs
 from solvers.duhl.inmemory import _epoch
@@ -160,7 +161,7 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
                                            carry_dual, gaps, s, counters, dots, a_ref, zero_off, gstate, out_g,
                                            out_s, tol_abs)
         _row(history, iterates, counters, a, primal, dual, gap, 0, 0)
-        counters[8] = 1.0
+        counters[8], gstate[G_START_GAP] = 1.0, gap
         _lap(clock, 2, t_start, timed)
         if gap <= tol_abs:
             return _lap_total(clock, 1, t_start, timed)
@@ -231,6 +232,7 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
                                                out_g, out_s, tol_abs)
             if gap < np.inf:  # a certified row (with G, not every round: gram.ROWS_EVERY)
                 _row(history, iterates, counters, a, primal, dual, gap, counters[1] - 1, k)
+                _gram_due(gstate, counters[1], gap, tol_abs)
             t = _lap(clock, 2, t, timed)
             if gap <= tol_abs:
                 return _lap_total(clock, 1, t_start, timed)
@@ -362,6 +364,7 @@ def solve_compiled_swaps(solver, problem, rset, a, z, off, rng, trace, t0, itera
     gram_state = (np.zeros((0, 0)), np.zeros(n), a.copy(), gstate)
     if gram.uses_gram(solver, problem):
         gstate[G_AT] = max(1, gram.gram_after(problem, stale_bytes / max(1, int(coord_bytes.sum()))))
+        gstate[G_COST], gstate[G_WORK] = gram.gram_cost(problem), gram.stale_entries(problem, stale_bytes)
     at_once = 0 < gstate[G_AT] <= gram.GRAM_AT_ONCE
     proving = not at_once and solver.refresh == "auto" and pays and problem.model.zero_gap is not None
     proof, proof_arrays = (bool(proving), bool(problem.mu.any())), _proof_arrays(problem, z.shape[0], proving)
@@ -392,9 +395,3 @@ def solve_compiled_swaps(solver, problem, rset, a, z, off, rng, trace, t0, itera
     if status != "converged":  # the last round's end state: one more pass certifies it
         certify_here(counters[1], counters[0], counters[2], np.count_nonzero(resident))
     return status, int(counters[1]), (float(counters[0]), counters[7])
-
-
-def _form(problem, a, z, off, gap_sum, s_max, dual_best):
-    """Problem.certify's numbers in the form's orientation (P_form, D_form, gap, dual_best)."""
-    P, D, gap, best = problem.certify(a, z, off, gap_sum=gap_sum, s_max=s_max, dual_best=dual_best)
-    return (-D, -P, gap, best) if problem.dual_form else (P, D, gap, best)

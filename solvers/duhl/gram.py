@@ -8,7 +8,7 @@ import numpy as np
 from numba.extending import overload
 
 from solvers.duhl.compiled_parts import _pairwise, loop_kernel
-from solvers.duhl.covariance import gram_cost, gram_matrix
+from solvers.duhl.covariance import gram_cost, gram_matrix, gram_pays
 from solvers.duhl.inmemory import _csr, _gaps
 from solvers.glm.certificates import form_certificate, residual_stats
 from solvers.glm.models import coord_gap, coord_update
@@ -59,12 +59,18 @@ def uses_gram(solver, problem):
     return 8 * n * n <= GRAM_BYTES_SHARE * int(problem.coord_bytes.sum())
 
 
-def gram_after(problem, stale_share):
-    """The rounds after which the loop builds G (see GRAM_AFTER): G's estimated cost over the
-    stale entries a round reads (``stale_share`` of the data's)."""
+def stale_entries(problem, stale_bytes):
+    """The data entries a round's stale gaps read (``stale_bytes`` of the data's bytes)."""
     A = problem.A
     entries = float(A.nnz) if problem.sparse else float(A.shape[0] * A.shape[1])
-    return int(np.ceil(GRAM_AFTER * gram_cost(problem) / max(1.0, stale_share * entries)))
+    return stale_bytes / max(1, int(problem.coord_bytes.sum())) * entries
+
+
+def gram_after(problem, stale_share):
+    """The rounds after which the loop builds G at the latest (see GRAM_AFTER; sooner: _gram_due): G's
+    estimated cost over the stale entries a round reads (``stale_share`` of the data's)."""
+    stale = stale_entries(problem, stale_share * int(problem.coord_bytes.sum()))
+    return int(np.ceil(GRAM_AFTER * gram_cost(problem) / max(1.0, stale)))
 
 
 # the Gram matrix's state (run_swap_slice's ``gram``): gstate entries (G_AT: the round after which
@@ -73,7 +79,9 @@ G_ON, G_EVERY, G_SINCE, G_DRIFT, G_ANCHORS, G_ROWS, G_AT, G_EPOCHS = range(8)
 # ... and the rows' schedule (G_ROWS_EVERY: ROWS_EVERY's value; G_SKIP: rounds left without a row; the
 # last row's call G_ROW_AT and its gap)
 G_ROWS_EVERY, G_SKIP, G_CALLS, G_ROW_AT, G_ROW_GAP = range(8, 13)
-G_SIZE = 13
+# ... and the rate's: row 0 (its round, 0, and gap), G's cost and a round's stale reads, in entries (_gram_due)
+G_START_ROUND, G_START_GAP, G_COST, G_WORK = range(13, 17)
+G_SIZE = 17
 
 
 def rows_every(problem, block_bytes):
@@ -179,6 +187,16 @@ def _round_certify(A, G, everyone, stale, a, z, off, mu, c, b, theta, tight, l1,
             return primal, dual, gap
         counters[7] = carried  # the stopping row's dual point from the data, not from this state's Gram dots
         anchor = True
+
+
+@loop_kernel(inline="always")
+def _gram_due(gstate, rounds, gap, tol_abs):
+    """G's round brought forward to now (gstate[G_AT]) when the rate since row 0 predicts stale reads
+    to ``tol_abs`` of at least covariance.GRAM_PAYS times G's cost (gstate[G_COST], 0: the ski rental's
+    round alone): a long solve builds G in its first rounds, not after as many reads as G costs."""
+    if gstate[G_ON] == 0.0 and gstate[G_AT] > rounds and gram_pays(
+            gstate[G_COST], gstate[G_START_ROUND:G_START_GAP + 1], rounds, gap, tol_abs, gstate[G_WORK]):
+        gstate[G_AT] = rounds
 
 
 @loop_kernel

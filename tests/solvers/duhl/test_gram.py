@@ -211,3 +211,24 @@ def test_an_epoch_from_g_is_the_kernels_epoch(case_factory, model, sparse):
     np.testing.assert_allclose(off, off2, rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(s[block], s2, rtol=1e-10, atol=1e-11 * np.abs(s2).max())
     np.testing.assert_allclose(gaps[block], g2, rtol=1e-8, atol=1e-10 * max(1.0, np.abs(g2).max()))
+
+
+def test_g_is_brought_forward_when_the_rate_predicts_a_long_solve():
+    """_gram_due: from row 0's gap to this row's, the rate per round predicts the rounds to tol; G's
+    round comes now when their stale reads are at least GRAM_PAYS times G's cost, else it stays."""
+    from solvers.duhl.covariance import GRAM_PAYS
+
+    def due(cost, g_on=0.0, at=50.0, rounds=2.0, gap=0.1, tol=1e-7):
+        gstate = np.zeros(gram_module.G_SIZE)
+        gstate[gram_module.G_ON], gstate[gram_module.G_AT] = g_on, at
+        gstate[gram_module.G_START_GAP], gstate[gram_module.G_COST], gstate[gram_module.G_WORK] = 1.0, cost, 100.0
+        gram_module._gram_due(gstate, rounds, gap, tol)
+        return gstate[gram_module.G_AT]
+
+    left = np.log(1e-7 / 0.1) / (np.log(0.1) / 2.0)  # 12 rounds of 100 entries each
+    assert left == pytest.approx(12.0)
+    assert due(left * 100.0 / GRAM_PAYS * 0.99) == 2.0
+    assert due(left * 100.0 / GRAM_PAYS * 1.01) == 50.0
+    assert due(1.0, g_on=1.0) == 50.0  # built already
+    assert due(1.0, at=2.0) == 2.0 and due(1.0, at=0.0) == 0.0  # due by then anyway; no G for this problem
+    assert due(1.0, gap=2.0) == 50.0  # the gap above row 0's: no rate
