@@ -126,10 +126,12 @@ def work_entries(D, work):
 
 
 @njit(nogil=True, inline="always")
-def cov_epoch(G, order, work, a, off, mu, sqnorm, c, theta, dots, n_samples):
-    """A pass over ``order`` (coordinates) from the dots <A_i, z> of the working set ``work``, kept up
-    to date by G: the kernels' exact coordinate update, without reading the data. Returns the updates."""
-    for i in order:
+def cov_epoch(G, row_coord, order, work, a, off, mu, sqnorm, c, theta, dots, n_samples):
+    """A pass over the rows ``order`` (coordinates row_coord[order]) from the dots <A_i, z> of the
+    coordinates ``work``, kept up to date by G: the kernels' exact coordinate update, without reading
+    the data (the same updates in the same order as an epoch on it, up to rounding). Returns the updates."""
+    for p in order:
+        i = row_coord[p]
         ai = a[i]
         x = coord_update(theta, ai, dots[i] - c * off[0] * n_samples * mu[i], c * sqnorm[i])
         d = x - ai

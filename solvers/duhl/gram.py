@@ -5,13 +5,13 @@ side of G: where it applies, when to build it, how.
 """
 
 import numpy as np
-from numba.extending import overload
 
 from solvers.duhl.compiled_parts import _pairwise, loop_kernel
-from solvers.duhl.covariance import gram_cost, gram_matrix, gram_pays
-from solvers.duhl.inmemory import _csr, _gaps
+from solvers.duhl.covariance import _add, gram_cost, gram_matrix, gram_pays
+from solvers.duhl.covariance import cov_epoch as _gram_epoch  # noqa: F401 - the block's epochs (compiled_swaps)
+from solvers.duhl.inmemory import _gaps
 from solvers.glm.certificates import form_certificate, residual_stats
-from solvers.glm.models import coord_gap, coord_update
+from solvers.glm.models import coord_gap
 from solvers.kernels import cpu
 
 # the Lasso family (coordinates = features) with the data in RAM: refresh "auto" keeps the stale
@@ -220,40 +220,7 @@ def _schedule(gstate, gap, tol_abs):
 # c d G[j, i] when coordinate j moves by d (m^2 flops an epoch over the block's m coordinates, not a
 # read of its data); z then moves once by the block's moves (one read of the block), and the block's
 # gaps come from t. The same updates in the same order as the kernels' epochs (up to rounding).
-
-
-@loop_kernel(inline="always")
-def _gram_epoch(G, row_coord, order, block, a, off, mu, sqnorm, c, theta, t, n_samples):
-    """An epoch over the block's rows ``order`` (coordinates row_coord[order]) from the dots t,
-    kept up to date for the coordinates ``block``; returns the updates made."""
-    for p in order:
-        i = row_coord[p]
-        ai = a[i]
-        x = coord_update(theta, ai, t[i] - c * off[0] * n_samples * mu[i], c * sqnorm[i])
-        d = x - ai
-        if d != 0.0:
-            cd = c * d
-            for j in block:
-                t[j] += cd * G[i, j]
-            off[0] += d * mu[i]
-            a[i] = x
-    return order.shape[0]
-
-
-def _add_row(B, r, cd, z):
-    """z += cd * row r of the block B (a CSR triple or (rows,))."""
-
-
-@overload(_add_row)
-def _add_row_for(B, r, cd, z):
-    if _csr(B):
-        return lambda B, r, cd, z: cpu.sparse_axpy(B[0], B[1], B[2], r, cd, z)
-
-    def dense(B, r, cd, z):
-        rows = B[0]
-        for k in range(rows.shape[1]):
-            z[k] += cd * rows[r, k]
-    return dense
+# The epochs are covariance.cov_epoch (here _gram_epoch), as the all-resident loop's passes from G.
 
 
 @loop_kernel(inline="always")
@@ -265,6 +232,6 @@ def _gram_block_end(B, positions, block, a, a_ref, z, off, mu, c, theta, t, gaps
         i = block[jj]
         d = a[i] - a_ref[i]
         if d != 0.0:
-            _add_row(B, positions[jj], c * d, z)
+            _add(B, positions[jj], c * d, z)
         s[i] = t[i] - shift * mu[i]
         gaps[i] = coord_gap(theta, a[i], s[i])

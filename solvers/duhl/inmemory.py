@@ -328,7 +328,8 @@ def run_slice(D, a, z, off, mu, sqnorm, c, b, theta, tight, l1, carry_dual, tol_
             passes = local_epochs * min(max_passes, max(1, n // n_work, work_entries(D, work[:n_work]) // n_work**2))
             for _ in range(passes):
                 cpu.shuffle(active, rng)
-                counters[0] += cov_epoch(G, active, work[:n_work], a, off, mu, sqnorm, c, theta, dots, z.shape[0])
+                counters[0] += cov_epoch(G, everyone, active, work[:n_work], a, off, mu, sqnorm, c, theta, dots,
+                                         z.shape[0])
             catch_up(D, work[:n_work], a, a_ref, z, c)
             passes = 0
         for _ in range(passes):

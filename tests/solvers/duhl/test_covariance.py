@@ -46,7 +46,7 @@ def test_a_pass_from_g_makes_the_data_epochs_updates(case_factory, model, sparse
     G = Ad @ Ad.T
     dots, a_ref = Ad @ z, a.copy()
     work = np.arange(n, dtype=np.int64)
-    cov_epoch(G, order, work, a, off, problem.mu, problem.sqnorm, problem.c, problem.theta, dots, z.shape[0])
+    cov_epoch(G, work, order, work, a, off, problem.mu, problem.sqnorm, problem.c, problem.theta, dots, z.shape[0])
     assert np.abs(a - a_data).max() > 0 or np.abs(a_data).max() == 0  # it moved
     np.testing.assert_allclose(a, a_data, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(off, off_data, rtol=1e-9, atol=1e-12)
