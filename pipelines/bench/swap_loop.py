@@ -10,7 +10,8 @@ at memory_budget 0.25 with the Python loop (refresh "auto": what main runs; and
 refresh "all": the same iterates as the compiled loop) and the compiled loop
 (solvers.duhl.compiled_swaps, refresh "all" semantics), whether or not DuHL would
 route there by itself; the routed arm is what DuHL() picks ("routed auto", "routed 2", 4, 8:
-the same with that local_epochs). Medians of --repeats
+the same with that local_epochs; "all resident data passes": without the covariance
+updates, solvers.duhl.covariance). Medians of --repeats
 seeds, the arms interleaved, after a warm-up (Numba compilation) per arm, reported
 apart; with each time to 1e-6 (wall clock, from the trace) the CPU time of the whole
 solve (the process's: less sensitive to a loaded machine, includes the trace's
@@ -35,6 +36,7 @@ from numba import njit
 
 import solvers.duhl.compiled_parts as compiled_parts
 import solvers.duhl.compiled_swaps as compiled_swaps
+import solvers.duhl.inmemory as inmemory
 import solvers.duhl.solver as duhl_solver
 from pipelines.bench.peers import problems, time_to
 from solvers.duhl import gram
@@ -55,21 +57,23 @@ ARMS = {  # name: (memory_budget (None, or --budget), refresh, which loop: None 
     "routed 4": (0.25, "auto", None, 4),
     "routed 8": (0.25, "auto", None, 8),
     "routed data epochs": (0.25, "auto", None, 1),  # the block's epochs read it (gram.GRAM_EPOCHS off)
+    "all resident data passes": (None, "auto", None, 1),  # no covariance updates (inmemory.COVARIANCE off)
 }
 
 
 def run(problem, arm, seed, max_epochs=100000, max_time=30.0, share=0.25):
     budget, refresh, compiled, local_epochs = ARMS[arm]
     budget = budget and share
-    routes, gram_epochs = duhl_solver.routes, gram.GRAM_EPOCHS
+    routes, gram_epochs, covariance = duhl_solver.routes, gram.GRAM_EPOCHS, inmemory.COVARIANCE
     if compiled is not None:
         duhl_solver.routes = lambda *args: compiled
     gram.GRAM_EPOCHS = 0 if arm == "routed data epochs" else gram_epochs
+    inmemory.COVARIANCE = covariance and arm != "all resident data passes"
     try:
         return DuHL(memory_budget=budget, refresh=refresh, local_epochs=local_epochs, tol=TARGET,
                     max_epochs=max_epochs, max_time=max_time, random_state=seed).solve(problem)
     finally:
-        duhl_solver.routes, gram.GRAM_EPOCHS = routes, gram_epochs
+        duhl_solver.routes, gram.GRAM_EPOCHS, inmemory.COVARIANCE = routes, gram_epochs, covariance
 
 
 @njit
