@@ -27,7 +27,7 @@ against ~6 us of kernel per round). Here one compiled call runs many rounds:
   matrix's cost, the call returns for G = A A^T, and from then on a round's passes keep
   the working set's dots from G (no reads; as many passes as the catch-up of z costs),
   z catches up once a round, and the working set's gap comes from the dots (w8a's
-  Lasso, 49,749 x 300: 48.8 -> 27.6 ms to 1e-6, G's 13 ms included).
+  Lasso, 49,749 x 300: 47.0 -> 23.1 ms to 1e-6, G's 13 ms included).
 
 A call returns at the tolerance, at the epoch cap, when its history buffer is full,
 or when its time slice is spent, so the caller streams trace rows (and checks
