@@ -89,13 +89,18 @@ def gram_pays(g_cost, schedule, rounds, gap, tol_abs, round_work):
     return left * round_work >= GRAM_PAYS * g_cost
 
 
+def _csr(D):
+    """Whether the (typed) data D is a CSR triple (indptr, indices, data), not (rows,)."""
+    return len(getattr(D, "types", ())) == 3 or getattr(D, "count", 0) == 3
+
+
 def _entries(D, i):
     """Entries of coordinate i in the data D (a CSR triple or (rows,))."""
 
 
 @overload(_entries)
 def _entries_for(D, i):
-    if len(getattr(D, "types", ())) == 3 or getattr(D, "count", 0) == 3:
+    if _csr(D):
         return lambda D, i: D[0][i + 1] - D[0][i]
     return lambda D, i: D[0].shape[1]
 
@@ -106,7 +111,7 @@ def _add(D, i, cd, z):
 
 @overload(_add)
 def _add_for(D, i, cd, z):
-    if len(getattr(D, "types", ())) == 3 or getattr(D, "count", 0) == 3:
+    if _csr(D):
         return lambda D, i, cd, z: cpu.sparse_axpy(D[0], D[1], D[2], i, cd, z)
 
     def dense(D, i, cd, z):

@@ -44,7 +44,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic, overload
 
 from solvers.duhl.anderson import extrapolate
-from solvers.duhl.covariance import catch_up, cov_epoch, fits, gram_cost, gram_matrix, gram_pays, work_entries
+from solvers.duhl.covariance import _csr, catch_up, cov_epoch, fits, gram_cost, gram_matrix, gram_pays, work_entries
 from solvers.duhl.gap_memory import MARGIN, ROUNDING
 from solvers.duhl.working_set import _grow_cap, _plan_next_pass, _same_set
 from solvers.glm.certificates import form_certificate, residual_stats, tight_lasso
@@ -97,10 +97,6 @@ def _epoch(D, coords, order, a, z, off, mu, sqnorm, c, theta):
 
 def _gaps(D, rows, a, z, off, mu, c, theta, gaps, s):
     """The gaps and s of ``rows`` of the data D."""
-
-
-def _csr(D):
-    return len(getattr(D, "types", ())) == 3 or getattr(D, "count", 0) == 3
 
 
 @overload(_epoch)
@@ -291,8 +287,9 @@ def run_slice(D, a, z, off, mu, sqnorm, c, b, theta, tight, l1, carry_dual, tol_
             counters[4] += 1
             if gap <= tol_abs:
                 return n_work, fresh, target, dual_best, 1
-            round_work = (2 * local_epochs * min(max_passes, max(1, n // n_work)) + 1) * work_entries(D, work[:n_work])
-            build = G.shape[0] == 0 and gram_pays(g_cost, schedule, counters[1], gap, tol_abs, round_work)
+            build = G.shape[0] == 0 and g_cost > 0.0 and gram_pays(  # the last round's data work, predicted on
+                g_cost, schedule, counters[1], gap, tol_abs,
+                (2 * local_epochs * min(max_passes, max(1, n // n_work)) + 1) * work_entries(D, work[:n_work]))
             _plan_next_pass(schedule, counters[1], gap, tol_abs)
             if counters[0] >= max_updates:
                 return n_work, fresh, target, dual_best, 2
