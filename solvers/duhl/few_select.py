@@ -3,7 +3,6 @@ ranks: at 10 coordinates a round's kernels take ~0.1-0.2 us each, and the gap se
 sort (gap_select._radix_block) took ~0.17 us of a ~1 us round. The same block as np.lexsort's prefix
 (largest gap first, resident first on ties, then by index; see gap_select)."""
 
-import numpy as np
 from numba import njit
 
 

@@ -129,13 +129,13 @@ def _certify(A, stale, a, z, off, mu, c, b, theta, tight, l1, carry_dual, gaps, 
 
 
 @loop_kernel(inline="always")
-def _round_certify(A, G, everyone, stale, a, z, off, mu, c, b, theta, tight, l1, carry_dual, gaps, s, counters,
-                   dots, a_ref, zero_off, gstate, out_g, out_s, tol_abs):
-    """The round's certificate: without the Gram matrix the stale gaps from the data (_certify);
-    with it, their s_i = <A_i, z> - c off m mu_i from ``dots`` (dots_i = <A_i, z> at the state
-    a_ref) brought to the state a by G = A A^T: z moved by c (a_j - a_ref_j) A_j for every j updated
-    since (the kernels' update), so dots_i moves by c (a_j - a_ref_j) G[j, i]. Every gstate[G_EVERY]
-    rows, and for a row at or below tol_abs (the row that stops the solve), the dots are read from the
+def _round_certify(A, G, everyone, stale, fresh, a, z, off, mu, c, b, theta, tight, l1, carry_dual, gaps, s,
+                   counters, dots, a_ref, zero_off, gstate, out_g, out_s, tol_abs):
+    """The round's certificate: without the Gram matrix the stale gaps (listed) from the data
+    (_certify); with it, those not ``fresh`` (a mask: the last block's), their s_i = <A_i, z> - c off m mu_i from ``dots``
+    (dots_i = <A_i, z> at the state a_ref) brought to the state a by G = A A^T: z moved by
+    c (a_j - a_ref_j) A_j for every j updated since (the kernels' update), so dots_i moves by
+    c (a_j - a_ref_j) G[j, i]. Every gstate[G_EVERY] rows, and for a row at or below tol_abs (the row that stops the solve), the dots are read from the
     data instead (one pass over A: every gap, the block's too), and how far the Gram's dots had
     drifted from them (max |difference| over max |dot|) is kept in gstate[G_DRIFT]. The best dual
     value of the rows is carried (counters[7]) as by _certify: a Gram row's within its dots' rounding
@@ -174,11 +174,10 @@ def _round_certify(A, G, everyone, stale, a, z, off, mu, c, b, theta, tight, l1,
             gstate[G_SINCE] += 1.0
             gstate[G_ROWS] += 1.0
         shift = c * off[0] * z.shape[0]
-        targets = everyone if anchor else stale  # an anchor: the block's gaps from the data too (_gram_epoch's)
-        for j in range(targets.shape[0]):
-            i = targets[j]
-            s[i] = dots[i] - shift * mu[i]
-            gaps[i] = coord_gap(theta, a[i], s[i])
+        for i in range(n):  # an anchor: the block's gaps from the data too (_gram_epoch's)
+            if anchor or not fresh[i]:
+                s[i] = dots[i] - shift * mu[i]
+                gaps[i] = coord_gap(theta, a[i], s[i])
         if not due:
             return np.nan, np.nan, np.inf
         primal, dual, gap = _state_row(a, z, off, c, b, theta, tight, l1, carry_dual, gaps, s, counters)

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from solvers.duhl.few_select import _fit
-from solvers.duhl.gap_select import TOP, _edge_block, _gap_block, _next_block, _resident_keys, _same_block, _top_block
+from solvers.duhl.gap_select import (TOP, _edge_block, _floor_bits, _gap_block, _next_block, _resident_keys, _same_block,
+                                     _top_block)
 
 
 def _prefix(gaps, resident, coord_bytes, budget):
@@ -120,10 +121,15 @@ def test_a_few_coordinates_block_by_ranks_is_the_lexsort_prefix(n):
 def test_a_small_block_kept_in_one_pass_is_the_lexsort_prefix(n):
     """_top_block (a block among the order's TOP first): the lexsort prefix when it answers, and it
     answers exactly when the prefix ends before TOP coordinates fit or all of them are in it; small
-    budgets (a few coordinates), ties (zeros, rounded gaps) resident first, NaN last."""
-    answered = 0
-    for trial in range(40):
+    budgets (a few coordinates), ties (zeros, rounded gaps) resident first, NaN last, +inf first;
+    gaps over many scales (the floor's eighths); from a floor (_floor_bits found one) or not."""
+    answered, floors = 0, set()
+    for trial in range(60):
         rng, gaps, coord_bytes, budget, resident = _random_case(n, trial, zeros=0.6, nans=0.05)
+        if trial % 5 == 4:
+            gaps = gaps * 10.0 ** rng.integers(-6, 3, n)
+        if trial % 7 == 6:
+            gaps[rng.random(n) < 0.01] = np.inf
         budget = int(np.sort(coord_bytes)[::-1][: 1 + trial % (2 * TOP)].sum() * rng.uniform(0.5, 1.2))
         resident = rng.random(n) < 8 / n if trial % 3 else resident
         expected = _prefix(gaps, resident, coord_bytes, budget)
@@ -132,7 +138,36 @@ def test_a_small_block_kept_in_one_pass_is_the_lexsort_prefix(n):
         chosen = np.empty(n, np.int64)
         k = _top_block(gaps, resident, coord_bytes, budget, chosen, np.empty(n, np.uint64), np.empty(n, np.int64))
         assert (k < 0) == fits_all_top, trial
+        floors.add(_floor_bits(gaps, coord_bytes, budget) > 0)
         if k >= 0:
             answered += 1
             np.testing.assert_array_equal(np.sort(chosen[:k]), expected, err_msg=f"trial {trial}")
-    assert answered >= 20
+    assert answered >= 20 and floors == {True, False}
+
+
+@pytest.mark.parametrize("n", [40, 300])
+def test_the_floor_is_a_gap_the_whole_block_has_and_its_bytes_pass_the_budget(n):
+    """_floor_bits: 0 (none), or the bits of a positive float f with every coordinate of the lexsort
+    prefix at a gap >= f and the bytes of the gaps >= f past the budget; f is half the largest
+    gap, or an eighth of that, ...; none when no gap is positive, or one is NaN."""
+    found = 0
+    for trial in range(80):
+        rng, gaps, coord_bytes, budget, resident = _random_case(n, trial, zeros=0.5, nans=0.1)
+        gaps = gaps * 10.0 ** rng.integers(-4, 1, n) if trial % 2 else gaps
+        if trial % 10 == 9:
+            gaps[:] = np.where(np.isnan(gaps), np.nan, 0.0)
+        budget = int(np.sort(coord_bytes)[::-1][: 1 + trial % 8].sum())
+        resident = rng.random(n) < 4 / n
+        bits = _floor_bits(gaps, coord_bytes, budget)
+        real = gaps[~np.isnan(gaps)]
+        if not (real > 0).any() or np.isnan(gaps).any():
+            assert bits == 0, trial
+            continue
+        if bits == 0:
+            continue
+        found += 1
+        f = np.array([bits]).view(np.float64)[0]
+        assert np.log2(real.max() / f) in (1, 4, 7, 10), trial
+        assert coord_bytes[gaps >= f].sum() > budget, trial
+        assert (gaps[_prefix(gaps, resident, coord_bytes, budget)] >= f).all(), trial
+    assert found >= 40
