@@ -27,12 +27,12 @@ against ~6 us of kernel per round). Here one compiled call runs many rounds:
   matrix's cost, the call returns for G = A A^T, and from then on a round's passes keep
   the working set's dots from G (no reads; as many passes as the catch-up of z costs),
   z catches up once a round, and the working set's gap comes from the dots (w8a's
-  Lasso, 49,749 x 300: 47.0 -> 23.1 ms to 1e-6, G's 13 ms included).
+  Lasso, 49,749 x 300: 47.0 -> 23.1 ms to 1e-6, G's 13 ms included); Anderson goes on
+  from G (anderson.extrapolate_gram) without an intercept.
 
 A call returns at the tolerance, at the epoch cap, when its history buffer is full,
 or when its time slice is spent, so the caller streams trace rows (and checks
-``max_time``) a few times a second however long the solve. The per-round cost
-outside the kernels is a few comparisons.
+``max_time``) a few times a second however long the solve.
 """
 
 import time
@@ -43,7 +43,7 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic, overload
 
-from solvers.duhl.anderson import extrapolate
+from solvers.duhl.anderson import extrapolate, extrapolate_gram
 from solvers.duhl.covariance import _csr, catch_up, cov_epoch, fits, gram_cost, gram_matrix, gram_pays, work_entries
 from solvers.duhl.gap_memory import MARGIN, ROUNDING
 from solvers.duhl.working_set import _grow_cap, _plan_next_pass, _same_set
@@ -241,10 +241,9 @@ def run_slice(D, a, z, off, mu, sqnorm, c, b, theta, tight, l1, carry_dual, tol_
     set's gap that calls for the next global pass), ``schedule`` (with no working set:
     round and gap of the last global pass, round of the next) and ``dual_best``. Each
     history row: (time, updates, P_form, D_form, gap, rounds); ``iterates`` receives a
-    copy of a at the first rows. ``ws_least`` > 0: the Lasso's working set grows from that
-    size (:func:`_grow_cap`), from the first round on. ``carry_dual``: whether the best
-    dual value of earlier states certifies later ones (not when the model is w(a), in the dual: see
-    Problem.certify). ``accel``: (K + 1, n) iterates for Anderson extrapolation every K
+    copy of a at the first rows. ``ws_least`` > 0: the Lasso's working set grows from that size
+    (:func:`_grow_cap`), from the first round on. ``carry_dual``: whether the best dual value of
+    earlier states certifies later ones (not with w(a), in the dual: Problem.certify). ``accel``: (K + 1, n) iterates for Anderson extrapolation every K
     passes (:mod:`solvers.duhl.anderson`), (0, n) for none: then the working set's random
     order is drawn once per window of K + 1 passes, not per pass; ``accel_state``: its
     [stored, tries, kept]. ``memo``, ``proof``, ``z_last``, ``norms`` (||A_i|| centred,
@@ -259,6 +258,7 @@ def run_slice(D, a, z, off, mu, sqnorm, c, b, theta, tight, l1, carry_dual, tol_
     n = a.shape[0]
     everyone = np.arange(n)
     G, dots, a_ref, g_cost = cov
+    from_g = accel.shape[0] > 1 and proof[3] == 0.0  # Anderson from G: no intercept (its objective needs z then)
     read, redo, zero_off, out_g, out_s = np.zeros(n, np.bool_), np.empty(n, np.int64), np.zeros(1), np.empty(n), np.empty(n)
     while True:
         if fresh:  # a global pass: certificate, then the next working set
@@ -324,9 +324,12 @@ def run_slice(D, a, z, off, mu, sqnorm, c, b, theta, tight, l1, carry_dual, tol_
         if G.shape[0] > 0:  # passes from G as long as the data's catch-up of z (a pass from G: |W|^2 flops)
             passes = local_epochs * min(max_passes, max(1, n // n_work, work_entries(D, work[:n_work]) // n_work**2))
             for _ in range(passes):
-                cpu.shuffle(active, rng)
+                if not from_g or accel_state[0] == 0:  # with Anderson: one order per window
+                    cpu.shuffle(active, rng)
                 counters[0] += cov_epoch(G, everyone, active, work[:n_work], a, off, mu, sqnorm, c, theta, dots,
                                          z.shape[0])
+                if from_g:
+                    extrapolate_gram(G, active, a, dots, c, theta, accel, accel_state, out_g)
             catch_up(D, work[:n_work], a, a_ref, z, c)
             passes = 0
         for _ in range(passes):
