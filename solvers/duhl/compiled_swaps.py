@@ -37,7 +37,7 @@ from solvers.duhl.compiled_parts import (_block_gaps, _clock, _form, _hand_back,
                                          _select, _step, _swap_in)
 from solvers.duhl.compiled_parts import loop_kernel as _loop_kernel  # its old name here
 from solvers.duhl.few_select import _fit
-from solvers.duhl.gap_select import _next_block
+from solvers.duhl.block_select import _next_block
 from solvers.duhl.gram import (G_AT, G_COST, G_EPOCHS, G_EVERY, G_ON, G_SINCE, G_START_GAP, G_WORK, _gram_block_end,
                                _gram_due, _gram_epoch, _round_certify)
 from solvers.duhl.gap_memory import MARGIN, ROUNDING
@@ -140,8 +140,7 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
     stale = np.empty(n + 1, dtype=np.int64)  # + 1: the round's pass writes one past a list the proofs made
     positions = np.empty(row_coord.shape[0], dtype=np.int64)
     block = np.empty(n + 1, dtype=np.int64)  # + 1: the pass below writes one past the block
-    out_g = np.empty(n)
-    out_s = np.empty(n)
+    out_g, out_s = np.empty(n), np.empty(n)
     t_gram = np.empty(n)  # the block's <A_i, z> in its epochs from G (gram.py)
     keys = np.empty(n, dtype=np.uint64)
     timed = 0 if clock.shape[0] < len(PARTS) else (2 if clock.shape[0] > len(PARTS) else 1)

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from solvers.duhl.few_select import _fit
-from solvers.duhl.gap_select import (TOP, _edge_block, _floor_bits, _gap_block, _next_block, _resident_keys, _same_block,
-                                     _top_block)
+from solvers.duhl.block_select import TOP, _floor_bits, _next_block, _top_block
+from solvers.duhl.gap_select import _edge_block, _gap_block, _resident_keys, _same_block
 
 
 def _prefix(gaps, resident, coord_bytes, budget):

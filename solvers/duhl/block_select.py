@@ -1,0 +1,132 @@
+"""The compiled swap loop's next block (solvers.duhl.compiled_swaps): the gap policy's block as
+gap_select defines it (np.lexsort's prefix that fits the budget), by the cheapest way that answers:
+a few coordinates' by their ranks (solvers.duhl.few_select); a small block (the last one at most
+TOP / 2) among the TOP best of the order, from a floor (_top_block); the resident block again
+(gap_select._holds); where the last block ended (gap_select._edge_mask); else by the bits."""
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+from numba import njit
+
+from solvers.duhl.few_select import _few_mask
+from solvers.duhl.gap_select import FEW, _edge_mask, _holds, _key, _list, _radix_block, _resident_keys, _take
+
+# Numba's cache keys a function on its own file (numba#1833): _next_block compiles in few_select's
+# code, and the functions here call gap_select's
+_DIGEST = hashlib.sha1(b"".join((Path(__file__).parent / f).read_bytes()
+                                for f in ("few_select.py", "gap_select.py"))).hexdigest()[:12]
+TOP = 16  # a block of at most this many coordinates (of more than FEW) by one pass keeping the best
+FLOOR_TRIES = 4  # _floor_bits's gaps tried: half the largest, then an eighth of the last, ...
+EXPONENT_ONE = np.int64(1 << 52)  # a float's bits plus this: the float times 2
+INF_BITS = np.int64(0x7FF0000000000000)  # +inf's bits (NaN's are more)
+
+
+def _with_digest(fn):
+    fn.__qualname__ = f"{fn.__name__}__{_DIGEST}"  # the cache file's name
+    return fn
+
+
+@njit(nogil=True, cache=True, inline="always")
+@_with_digest
+def _next_block(gaps, resident, coord_bytes, budget, fit, keep, m, chosen, keys, cand):
+    """The compiled swap loop's gap block: (k, held, listed). The resident block again (held when
+    the loop lists it already, ``m`` >= 0; else ``keep`` set to it), the block in ``keep`` (where it
+    ended; a few coordinates: _few_mask, ``fit`` _fit's), or in ``chosen[:k]`` (listed)."""
+    if gaps.shape[0] <= FEW:
+        k, n_in = _few_mask(gaps, resident, coord_bytes, budget, fit, keep, cand)
+        if k >= 0:  # held: the last block (of m, every resident) again
+            return k, m >= 0 and n_in == k and k == m, False
+        return _radix_block(gaps, resident, coord_bytes, budget, chosen, keys, cand), False, True
+    if 0 <= m <= TOP // 2:  # the last block small: this one likely among the TOP best (the loop finds
+        k = _top_block(gaps, resident, coord_bytes, budget, chosen, keys, cand)  # whether it is the last)
+        if k >= 0:
+            return k, False, True
+    low_in, high_out, used = _resident_keys(gaps, resident, coord_bytes)
+    if _holds(gaps, resident, coord_bytes, budget, low_in, high_out, used):
+        if m >= 0:
+            return m, True, False
+        keep[:] = resident
+        return _list(resident, chosen), False, False
+    if low_in != ~np.uint64(0):
+        k = _edge_mask(gaps, resident, coord_bytes, budget, low_in, keep)
+        if k >= 0:
+            return k, False, False
+    return _radix_block(gaps, resident, coord_bytes, budget, chosen, keys, cand), False, True
+
+
+@njit(nogil=True, cache=True)
+def _floor_bits(gaps, coord_bytes, budget):
+    """A gap every coordinate of the block has, as the bits of a positive float (0: none found):
+    half the largest gap, or an eighth of that, down FLOOR_TRIES times, the first whose coordinates'
+    bytes (those of gaps at or above it) pass ``budget``, so that the block's prefix ends among them.
+    Passes on the gaps' bits as integers, which vectorize (~0.1 ns a coordinate; the floats' max
+    does not: ~0.45): a positive float's bits order as it does; none with a NaN gap (its bits are
+    above +inf's)."""
+    ib = gaps.view(np.int64)
+    top = np.int64(0)
+    for i in range(ib.shape[0]):
+        top = max(top, ib[i])
+    floor = top - EXPONENT_ONE
+    for _ in range(FLOOR_TRIES if top <= INF_BITS else 0):
+        if floor <= 0:
+            break
+        total = 0
+        for i in range(ib.shape[0]):
+            total += coord_bytes[i] * np.int64(ib[i] >= floor)
+        if total > budget:
+            return floor
+        floor -= 3 * EXPONENT_ONE
+    return np.int64(0)
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _keep_top(i, u, resident, keys, cand, filled):
+    """Coordinate i (key u) into the TOP first, sorted in ``cand`` (their keys in ``keys``), when
+    it comes before the last kept; how many are kept."""
+    t = filled
+    if filled == TOP:  # i comes after the kept ones of its key and residency (a higher index)
+        if not (u > keys[TOP - 1] or (u == keys[TOP - 1] and resident[i] and not resident[cand[TOP - 1]])):
+            return filled
+        t = TOP - 1
+    else:
+        filled += 1
+    while t > 0 and (u > keys[t - 1] or (u == keys[t - 1] and resident[i] and not resident[cand[t - 1]])):
+        keys[t], cand[t] = keys[t - 1], cand[t - 1]
+        t -= 1
+    keys[t], cand[t] = u, i
+    return filled
+
+
+@njit(nogil=True, cache=True)
+@_with_digest
+def _top_block(gaps, resident, coord_bytes, budget, chosen, keys, cand):
+    """The block into ``chosen`` when it is among the order's TOP first, its size (-1: all TOP fit):
+    the TOP first kept sorted in ``cand``, their keys in ``keys``, from the coordinates at or above
+    _floor_bits's gap (listed first, branch-free, into ``chosen``: on w8a[20000] at budget 0.05
+    ~17 of 300) or, with no floor, from one pass where one enters when
+    it comes before the last kept (most coordinates: no key). w8a[20000]'s 300 features at budget
+    0.05: ~1.1 us a call with the pass, ~0.6 with the floor."""
+    n = gaps.shape[0]
+    bits = gaps.view(np.uint64)
+    floor = _floor_bits(gaps, coord_bytes, budget)
+    filled = 0
+    if floor > 0:
+        ib = gaps.view(np.int64)
+        m = 0
+        for i in range(n):
+            chosen[m] = i
+            m += ib[i] >= floor
+        for t in range(m):
+            i = chosen[t]
+            filled = _keep_top(i, _key(bits[i], gaps[i]), resident, keys, cand, filled)
+    else:
+        below = -np.inf
+        for i in range(n):
+            if gaps[i] < below:  # after the last kept
+                continue
+            filled = _keep_top(i, _key(bits[i], gaps[i]), resident, keys, cand, filled)
+            below = gaps[cand[TOP - 1]] if filled == TOP else below
+    k, _, short = _take(cand[:filled], coord_bytes, budget, chosen, 0)
+    return k if short or filled == n else -1
