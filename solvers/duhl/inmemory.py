@@ -243,18 +243,17 @@ def run_slice(D, a, z, off, mu, sqnorm, c, b, theta, tight, l1, carry_dual, tol_
     history row: (time, updates, P_form, D_form, gap, rounds); ``iterates`` receives a
     copy of a at the first rows. ``ws_least`` > 0: the Lasso's working set grows from that size
     (:func:`_grow_cap`), from the first round on. ``carry_dual``: whether the best dual value of
-    earlier states certifies later ones (not with w(a), in the dual: Problem.certify). ``accel``: (K + 1, n) iterates for Anderson extrapolation every K
-    passes (:mod:`solvers.duhl.anderson`), (0, n) for none: then the working set's random
-    order is drawn once per window of K + 1 passes, not per pass; ``accel_state``: its
-    [stored, tries, kept]. ``memo``, ``proof``, ``z_last``, ``norms`` (||A_i|| centred,
-    |mu_i|): what proves gaps 0 in a global pass (:func:`_global_gaps`); ``todo``: its
-    buffer. ``order[:n_work]``: the working set in the epochs' random order; ``work[:n_work]``
-    stays ascending, so its gap reads rows in memory order (w8a: 30-40% cheaper); ``rng``: the
-    shuffles' stream (cpu.shuffle). ``cov`` = (G, dots, a_ref, G's cost): covariance updates
-    (:mod:`solvers.duhl.covariance`; G (0, 0): none yet, built when gram_pays says so at a cost > 0),
-    the working set's dots <A_i, z> and a at the last catch-up of z. Returns (n_work, fresh, target,
-    dual_best, status): status 1 converged, 2 max_updates, 3 deadline or full, 4 build G (then dots
-    <A_i, z> of every i, a_ref = a, and call again)."""
+    earlier states certifies later ones (not with w(a), in the dual: Problem.certify). ``accel``:
+    (K + 1, n) iterates for Anderson extrapolation every K passes (:mod:`solvers.duhl.anderson`), (0, n) for
+    none: then the working set's random order is drawn once per window of K + 1 passes, not per pass;
+    ``accel_state``: its [stored, tries, kept]. ``memo``, ``proof``, ``z_last``, ``norms`` (||A_i|| centred,
+    |mu_i|): what proves gaps 0 in a global pass (:func:`_global_gaps`); ``todo``: its buffer.
+    ``order[:n_work]``: the working set in the epochs' random order; ``work[:n_work]`` stays ascending, so its
+    gap reads rows in memory order (w8a: 30-40% cheaper); ``rng``: the shuffles' stream (cpu.shuffle). ``cov``
+    = (G, dots, a_ref, G's cost): covariance updates (:mod:`solvers.duhl.covariance`; G (0, 0): none yet, built
+    when gram_pays says so at a cost > 0), the working set's dots <A_i, z> and a at the last catch-up of z.
+    Returns (n_work, fresh, target, dual_best, status): status 1 converged, 2 max_updates, 3 deadline or full,
+    4 build G (then dots <A_i, z> of every i, a_ref = a, and call again)."""
     n = a.shape[0]
     everyone = np.arange(n)
     G, dots, a_ref, g_cost = cov
@@ -385,7 +384,7 @@ def solve_in_memory(problem, a, z, off, *, local_epochs, max_epochs, max_time, s
         counters[3] = 0
         n_work, fresh, target, dual_best, code = run_slice(
             D, a, z, off, problem.mu, problem.sqnorm, problem.c, problem.b, problem.theta, tight, l1,
-            not problem.dual_form, tol_abs, max_epochs * n, deadline, local_epochs, max_passes, inner, shrinking,
+            not problem.dual_form, tol_abs, float(max_epochs * n), deadline, local_epochs, max_passes, inner, shrinking,
             WS_LEAST, work, state[0], state[1], state[2], gaps, s, state[3], counters, schedule, history, iterates,
             accel, accel_state, memo, proof, z_last, norms, todo, order, rng, cov)
         state = (n_work, fresh, target, dual_best)

@@ -388,3 +388,17 @@ def test_every_recorded_gap_is_exact_at_its_state(case_factory, model, sparse, m
         expected = P - best_dual if model in go.REGRESSION else P - D
         assert gap == pytest.approx(expected, rel=1e-7, abs=1e-11 * case.P0)
     assert res.trace.gap.iloc[-1] <= 1e-9 * case.P0 or res.status != "converged"
+
+
+def test_an_int_or_float_max_epochs_compiles_one_all_resident_loop(case_factory):
+    """max_epochs as an int (the experiment's warm-up: 2) or a float (an arm's, from its config) calls
+    the all-resident loop with one signature: a second would compile inside the timed arm (~3 s of
+    the default experiment's resident arm on a fresh machine)."""
+    import solvers.duhl.inmemory as inmemory
+
+    case = case_factory("lasso", False, np.float64)
+    problem = make_problem("lasso", case.X, case.y, **case.params)
+    DuHL(max_epochs=2, tol=0.0).solve(problem)
+    compiled = len(inmemory.run_slice.signatures)
+    DuHL(max_epochs=3.0, tol=0.0).solve(problem)
+    assert len(inmemory.run_slice.signatures) == compiled
