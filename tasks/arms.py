@@ -73,7 +73,6 @@ def warmup(model_cfg: Mapping[str, Any], X, y, arms: Mapping[str, Mapping[str, A
     Returns seconds."""
     start = time.perf_counter()
     compile_kernels([model_cfg["name"]])
-    _first_touch(X, arms)
     problem = build_problem(model_cfg, *read_only_miniature(model_cfg["name"], X, y))
     for settings in arms.values():
         if not getattr(solver_class(settings), "warmup", True):
@@ -90,6 +89,7 @@ def warmup(model_cfg: Mapping[str, Any], X, y, arms: Mapping[str, Mapping[str, A
                 # Python loop's kernels from Numba's cache (~0.15 s of the default experiment's
                 # duhl-gap arm, whose whole run is 0.15-0.4 s)
                 make_solver({**small, "refresh": 0.5}).solve(problem)
+    _first_touch(X, arms)  # last: a first run's compilation (~80 s) would leave its pages cold again
     return time.perf_counter() - start
 
 
@@ -97,7 +97,8 @@ def _first_touch(X, arms: Mapping[str, Mapping[str, Any]]) -> None:
     """Write, then free, twice the largest arm's memory_budget (its block, and the copy a swap
     gathers through): on a virtual machine the first use of the machine's memory pages costs
     ~10x a later one (here: 40 MB took 95 ms to fill beside a 160 MB dataset, then 6 ms), and
-    only the first arm would pay it (the default experiment's duhl-gap, 0.19 s of its 0.3 s)."""
+    only the first arm would pay it (the default experiment's duhl-gap, 0.19 s of its 0.3 s). Called
+    last in the warm-up: a fresh machine's compilation (~80 s) would leave the pages cold again."""
     total = X.data.nbytes if sp.issparse(X) else X.nbytes
     budgets = [parse_budget(s["memory_budget"], total) for s in arms.values() if s.get("memory_budget") is not None]
     need = min(2 * min(max(budgets, default=0), total), FIRST_TOUCH_MAX)
