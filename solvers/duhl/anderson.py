@@ -117,11 +117,13 @@ def _weights(gram):
 
 
 @njit(nogil=True)
-def _mix(buf, active, state):
-    """Record a[active] (already in buf's newest row) and, with K + 1 iterates, the weights of the
+def _mix(buf, active, a, state):
+    """Record a[active] as the newest iterate and, with K + 1 of them, the weights of the
     extrapolated point (empty: none this time, or a degenerate system)."""
     K = buf.shape[0] - 1
     k = int(state[0])
+    for j in active:
+        buf[k, j] = a[j]
     if k < K:
         state[0] = k + 1
         return np.empty(0)
@@ -155,9 +157,7 @@ def extrapolate(D, active, a, z, off, mu, c, b, theta, buf, state):
     whenever the working set changes). Costs O(K^2 |W|) and the moved coordinates' data
     (O(m) more with an intercept), so that small working sets can afford it."""
     K = buf.shape[0] - 1
-    for j in active:
-        buf[int(state[0]), j] = a[j]
-    w = _mix(buf, active, state)
+    w = _mix(buf, active, a, state)
     if w.shape[0] == 0:
         return
     centred = False  # with an intercept off moves, and with it every entry of u = z - c off
@@ -189,9 +189,7 @@ def extrapolate_gram(G, active, a, dots, c, theta, buf, state, step):
     change from the working set's dots <A_j, z> and G, 2 c d.dots + c^2 d'G d over 2 c, plus the
     coordinates' g, without the data; kept, a and the dots move (z catches up with a as after any
     pass from G). ``step``: |W| scratch for the move. O(K^2 |W| + |W|^2): a pass from G's cost."""
-    for j in active:
-        buf[int(state[0]), j] = a[j]
-    w = _mix(buf, active, state)
+    w = _mix(buf, active, a, state)
     if w.shape[0] == 0:
         return
     change = 0.0

@@ -105,9 +105,9 @@ def _top_block(gaps, resident, coord_bytes, budget, chosen, keys, cand):
     """The block into ``chosen`` when it is among the order's TOP first, its size (-1: all TOP fit):
     the TOP first kept sorted in ``cand``, their keys in ``keys``, from the coordinates at or above
     _floor_bits's gap (listed first, branch-free, into ``chosen``: on w8a[20000] at budget 0.05
-    ~17 of 300) or, with no floor, from one pass where one enters when
-    it comes before the last kept (most coordinates: no key). w8a[20000]'s 300 features at budget
-    0.05: ~1.1 us a call with the pass, ~0.6 with the floor."""
+    ~17 of 300) or, with no floor, from one pass where one enters when it comes before the last kept
+    (most coordinates: no key). w8a[20000]'s 300 features at budget 0.05: ~1.1 us a call with the
+    pass, ~0.6 with the floor."""
     n = gaps.shape[0]
     bits = gaps.view(np.uint64)
     floor = _floor_bits(gaps, coord_bytes, budget)

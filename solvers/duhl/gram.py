@@ -131,17 +131,18 @@ def _certify(A, stale, a, z, off, mu, c, b, theta, tight, l1, carry_dual, gaps, 
 @loop_kernel(inline="always")
 def _round_certify(A, G, everyone, stale, fresh, a, z, off, mu, c, b, theta, tight, l1, carry_dual, gaps, s,
                    counters, dots, a_ref, zero_off, gstate, out_g, out_s, tol_abs):
-    """The round's certificate: without the Gram matrix the stale gaps (listed) from the data
-    (_certify); with it, those not ``fresh`` (a mask: the last block's), their s_i = <A_i, z> - c off m mu_i from ``dots``
-    (dots_i = <A_i, z> at the state a_ref) brought to the state a by G = A A^T: z moved by
-    c (a_j - a_ref_j) A_j for every j updated since (the kernels' update), so dots_i moves by
-    c (a_j - a_ref_j) G[j, i]. Every gstate[G_EVERY] rows, and for a row at or below tol_abs (the row that stops the solve), the dots are read from the
-    data instead (one pass over A: every gap, the block's too), and how far the Gram's dots had
-    drifted from them (max |difference| over max |dot|) is kept in gstate[G_DRIFT]. The best dual
-    value of the rows is carried (counters[7]) as by _certify: a Gram row's within its dots' rounding
-    of its state's (tests/solvers/duhl/test_gram.py). A row comes when _schedule says so; a round
-    without one refreshes the stale gaps alone (returns (nan, nan, inf)). One function, not one per
-    case, compiled into the loop: a call passing these arrays cost ~0.1 us (diabetes: a round ~0.7)."""
+    """The round's certificate: without the Gram matrix the stale gaps (listed) from the data (_certify);
+    with it, those not ``fresh`` (a mask: the last block's), their s_i = <A_i, z> - c off m mu_i from
+    ``dots`` (dots_i = <A_i, z> at the state a_ref) brought to the state a by G = A A^T: z moved by c
+    (a_j - a_ref_j) A_j for every j updated since (the kernels' update), so dots_i moves by c (a_j -
+    a_ref_j) G[j, i]. Every gstate[G_EVERY] rows, and for a row at or below tol_abs (the row that stops
+    the solve), the dots are read from the data instead (one pass over A: every gap, the block's too),
+    and how far the Gram's dots had drifted from them (max |difference| over max |dot|) is kept in
+    gstate[G_DRIFT]. The best dual value of the rows is carried (counters[7]) as by _certify: a Gram
+    row's within its dots' rounding of its state's (tests/solvers/duhl/test_gram.py). A row comes when
+    _schedule says so; a round without one refreshes the stale gaps alone (returns (nan, nan, inf)). One
+    function, not one per case, compiled into the loop: a call passing these arrays cost ~0.1 us
+    (diabetes: a round ~0.7)."""
     if gstate[G_ON] == 0.0:
         return _certify(A, stale, a, z, off, mu, c, b, theta, tight, l1, carry_dual, gaps, s, counters, out_g,
                         out_s)

@@ -137,9 +137,10 @@ def test_a_solve_through_g_certifies_the_oracle_optimum(case_factory, model, spa
 
 def test_anderson_from_g_pays_on_w8a_and_stays_certified(w8a, monkeypatch):
     """A w8a Lasso without an intercept, G built at the second certificate (its cost taken as
-    nothing, its size as fitting: 3000 rows hold less data than G; spied): with Anderson from G extrapolated points are kept and 1e-8 is certified in
-    fewer epochs than without; the returned gap is checked against scikit-learn's rescaled dual
-    point, computed independently from the coefficients."""
+    nothing, its size as fitting: 3000 rows hold less data than G; spied): with Anderson from G
+    extrapolated points are kept and 1e-8 is certified in fewer epochs than without; the returned
+    gap is checked against scikit-learn's rescaled dual point, computed independently from the
+    coefficients."""
     X, y = w8a
     alpha = 0.05 * float(np.abs(X.T @ (y - y.mean())).max()) / X.shape[0]
     problem = make_problem("lasso", X, y, alpha=alpha, fit_intercept=False)
