@@ -1,8 +1,8 @@
-"""The compiled swap loop's next block (solvers.duhl.compiled_swaps): the gap policy's block as
-gap_select defines it (np.lexsort's prefix that fits the budget), by the cheapest way that answers:
-a few coordinates' by their ranks (solvers.duhl.few_select); a small block (the last one at most
-TOP / 2) among the TOP best of the order, from a floor (_top_block); the resident block again
-(gap_select._holds); where the last block ended (gap_select._edge_mask); else by the bits."""
+"""The compiled swap loop's next block (solvers.duhl.compiled_swaps): the gap policy's block as gap_select defines
+it (np.lexsort's prefix that fits the budget), by the cheapest way that answers (a few coordinates': by their
+ranks, in solvers.duhl.few_select, called by the loop first): a small block (the last one at most TOP / 2) among
+the TOP best of the order, from a floor (_top_block); the resident block again (gap_select._holds); where the
+last block ended (gap_select._edge_mask); else by the bits."""
 
 import hashlib
 from pathlib import Path
@@ -10,13 +10,10 @@ from pathlib import Path
 import numpy as np
 from numba import njit
 
-from solvers.duhl.few_select import _few_mask
 from solvers.duhl.gap_select import FEW, _edge_mask, _holds, _key, _list, _radix_block, _resident_keys, _take
 
-# Numba's cache keys a function on its own file (numba#1833): _next_block compiles in few_select's
-# code, and the functions here call gap_select's
-_DIGEST = hashlib.sha1(b"".join((Path(__file__).parent / f).read_bytes()
-                                for f in ("few_select.py", "gap_select.py"))).hexdigest()[:12]
+# Numba's cache keys a function on its own file (numba#1833): the functions here call gap_select's
+_DIGEST = hashlib.sha1((Path(__file__).parent / "gap_select.py").read_bytes()).hexdigest()[:12]
 TOP = 16  # a block of at most this many coordinates (of more than FEW) by one pass keeping the best
 FLOOR_TRIES = 4  # _floor_bits's gaps tried: half the largest, then an eighth of the last, ...
 EXPONENT_ONE = np.int64(1 << 52)  # a float's bits plus this: the float times 2
@@ -30,15 +27,11 @@ def _with_digest(fn):
 
 @njit(nogil=True, cache=True, inline="always")
 @_with_digest
-def _next_block(gaps, resident, coord_bytes, budget, fit, keep, m, chosen, keys, cand):
+def _next_block(gaps, resident, coord_bytes, budget, keep, m, chosen, keys, cand):
     """The compiled swap loop's gap block: (k, held, listed). The resident block again (held when
     the loop lists it already, ``m`` >= 0; else ``keep`` set to it), the block in ``keep`` (where it
-    ended; a few coordinates: _few_mask, ``fit`` _fit's), or in ``chosen[:k]`` (listed)."""
-    if gaps.shape[0] <= FEW:
-        k, n_in = _few_mask(gaps, resident, coord_bytes, budget, fit, keep, cand)
-        if k >= 0:  # held: the last block (of m, every resident) again
-            return k, m >= 0 and n_in == k and k == m, False
-        return _radix_block(gaps, resident, coord_bytes, budget, chosen, keys, cand), False, True
+    ended), or in ``chosen[:k]`` (listed). The loop asks few_select._few_block first for a few
+    coordinates (at most FEW), and here only with a NaN gap."""
     if 0 <= m <= TOP // 2:  # the last block small: this one likely among the TOP best (the loop finds
         k = _top_block(gaps, resident, coord_bytes, budget, chosen, keys, cand)  # whether it is the last)
         if k >= 0:

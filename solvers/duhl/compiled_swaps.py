@@ -1,29 +1,26 @@
 """DuHL with part of the data resident on the CPU, the round loop compiled.
 
-The Python loop (:mod:`solvers.duhl.swaps`) spends ~1 ms of interpreter time per round
-(selection, swap bookkeeping, a thread hand-off, a trace row): on a small problem most of
-the round (diabetes at memory_budget 0.25: 250x the all-resident time). Here one compiled
-call runs many rounds of the same algorithm, ``refresh="all"`` semantics (every gap exact):
+The Python loop (:mod:`solvers.duhl.swaps`) spends ~1 ms of interpreter time per round (selection, swap bookkeeping,
+a thread hand-off, a trace row): on a small problem most of the round (diabetes at memory_budget 0.25: 250x the
+all-resident time). Here one compiled call runs many rounds of the same algorithm, ``refresh="all"`` semantics
+(every gap exact):
 
-1. the block is chosen from the gap memory by the policy's rule (gap: largest gap first,
-   resident first on ties, filling the byte budget, few coordinates by their ranks:
-   solvers.duhl.few_select; sequential; random);
-2. a swap copies the coordinates that joined the block into the block's buffer
-   (dense rows, or a CSR buffer compacted in place), counted as the resident set
-   counts them (bytes of the joined coordinates, how many joined);
-3. the stale gaps are refreshed at the round's start state, which with the block's
-   gaps of the last round gives that state's exact gap: a certified row (for the Lasso
-   family with few coordinates, refresh "auto", from dots <A_i, z> kept by the Gram
-   matrix, re-anchored from the data every ANCHOR_EVERY rows and at a row that stops,
-   and a row at most every ROWS_EVERY rounds: see solvers.duhl.gram);
-4. ``passes`` epochs over the block (its coordinates with a positive gap when
-   shrinking), in the orders the Python loop draws (``cpu.shuffle`` from the same
-   state: solvers.duhl.selection.stream), then the block's gaps at the new state.
+1. the block is chosen from the gap memory by the policy's rule (gap: largest gap first, resident first on ties,
+   filling the byte budget, few coordinates by their ranks: solvers.duhl.few_select; sequential; random);
+2. a swap copies the coordinates that joined the block into the block's buffer (dense rows, or a CSR buffer
+   compacted in place), counted as the resident set counts them (bytes of the joined coordinates, how many joined);
+3. the stale gaps are refreshed at the round's start state, which with the block's gaps of the last round gives that
+   state's exact gap: a certified row (for the Lasso family with few coordinates, refresh "auto", from dots <A_i, z>
+   kept by the Gram matrix, re-anchored from the data every ANCHOR_EVERY rows and at a row that stops, and a row at
+   most every ROWS_EVERY rounds: see solvers.duhl.gram);
+4. ``passes`` epochs over the block (its coordinates with a positive gap when shrinking), in the orders the Python
+   loop draws (``cpu.shuffle`` from the same state: solvers.duhl.selection.stream), then the block's gaps at the new
+   state.
 
-With the same selection it gives the Python loop's iterates, bytes, swaps and trace rows (with
-refresh="all"), bit for bit: the same kernels in the same order, and the gap sum as NumPy sums
-(pairwise). One difference: when a row certifies the round's start state, this loop returns at once,
-where the Python loop has run the round's epochs meanwhile and discards them (``epochs`` counts them).
+With the same selection it gives the Python loop's iterates, bytes, swaps and trace rows (with refresh="all"), bit
+for bit: the same kernels in the same order, and the gap sum as NumPy sums (pairwise). One difference: when a row
+certifies the round's start state, this loop returns at once, where the Python loop has run the round's epochs
+meanwhile and discards them (``epochs`` counts them).
 
 :func:`routes` says when the DuHL solver uses this loop (see its docstring).
 """
@@ -36,8 +33,8 @@ from solvers.duhl import gram
 from solvers.duhl.compiled_parts import (_block_gaps, _clock, _form, _hand_back, _now, _proof_arrays, _proven, _row,
                                          _select, _step, _swap_in)
 from solvers.duhl.compiled_parts import loop_kernel as _loop_kernel  # its old name here
-from solvers.duhl.few_select import _fit
-from solvers.duhl.block_select import _next_block
+from solvers.duhl.few_select import _few_block, _fit
+from solvers.duhl.block_select import FEW, _next_block  # (gap_select's FEW)
 from solvers.duhl.gram import (G_AT, G_COST, G_EPOCHS, G_EVERY, G_ON, G_SINCE, G_START_GAP, G_WORK, _gram_block_end,
                                _gram_due, _gram_epoch, _round_certify)
 from solvers.duhl.gap_memory import MARGIN, ROUNDING
@@ -174,7 +171,10 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
         if not to_list and not stale_ready:  # a mask, not a list: ~0.2 us a round of w8a[20000] at budget 0.05
             fresh[:] = resident
         if policy == 0:
-            k, held, listed = _next_block(gaps, resident, coord_bytes, budget, fit, keep, m, chosen, keys, order)
+            k, held, listed = _few_block(gaps, resident, coord_bytes, budget, fit, keep, m, order) if n <= FEW else (
+                -1, False, False)
+            if k < 0:  # more than FEW coordinates, or a NaN gap
+                k, held, listed = _next_block(gaps, resident, coord_bytes, budget, keep, m, chosen, keys, order)
         else:
             k = _select(policy, gaps, resident, coord_bytes, budget, picks, int(counters[6]), chosen, order, keys)
         if policy == 1:
