@@ -224,8 +224,8 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
             n_gap += gaps[i] > cut
         use_gap = shrinking and 0 < n_gap < k  # a working set inside the block
         n_active = n_gap if use_gap else m
-        if not use_gap:
-            visit[:m] = positions[:m]
+        for j in range(m if n_gap < m and not use_gap else 0):  # (else visit is positions already)
+            visit[j] = positions[j]
         counters[1] += 1
         t = _lap(clock, 5, t, timed)
         on_gram = gstate[G_ON] == 1.0 and gstate[G_EPOCHS] > 0 and counters[8] == 0.0  # fresh dots: epochs from G
@@ -239,7 +239,7 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
             t = _lap(clock, 2, t, timed)
             if gap <= tol_abs:
                 return _lap_total(clock, 1, t_start, timed)
-        passes = local_epochs * min(max_passes, max(1, k // max(1, n_active)))
+        passes = local_epochs * (1 if n_active >= k else min(max_passes, k // max(1, n_active)))
         passes *= int(gstate[G_EPOCHS]) if on_gram else 1
         if proving:
             z_old[:] = z
