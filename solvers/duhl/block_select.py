@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 from numba import njit
 
-from solvers.duhl.gap_select import FEW, _edge_mask, _holds, _key, _list, _radix_block, _resident_keys, _take
+from solvers.duhl.gap_select import _edge_mask, _holds, _key, _list, _radix_block, _resident_keys, _take
 
 # Numba's cache keys a function on its own file (numba#1833): the functions here call gap_select's
 _DIGEST = hashlib.sha1((Path(__file__).parent / "gap_select.py").read_bytes()).hexdigest()[:12]

@@ -31,14 +31,14 @@ import numpy as np
 
 from solvers.duhl import gram
 from solvers.duhl.compiled_parts import (_block_gaps, _clock, _form, _hand_back, _now, _proof_arrays, _proven, _row,
-                                         _select, _step, _swap_in)
-from solvers.duhl.compiled_parts import loop_kernel as _loop_kernel  # its old name here
-from solvers.duhl.few_select import _few_block, _fit
-from solvers.duhl.block_select import FEW, _next_block  # (gap_select's FEW)
+                                         _select, _step, _swap_in, loop_kernel as _loop_kernel)
+from solvers.duhl.few_select import NO_BITS, _few_block, _fit
+from solvers.duhl.block_select import _next_block
 from solvers.duhl.gram import (G_AT, G_COST, G_EPOCHS, G_EVERY, G_ON, G_SINCE, G_START_GAP, G_WORK, _gram_block_end,
                                _gram_due, _gram_epoch, _round_certify)
 from solvers.duhl.gap_memory import MARGIN, ROUNDING
-from solvers.duhl.round_pass import SORT_FEW, _round_lists, _round_pass, _stale_runs
+from solvers.duhl.gap_select import FEW
+from solvers.duhl.round_pass import SORT_FEW, _bits_pass, _round_lists, _round_pass, _stale_runs
 from solvers.duhl.inmemory import _epoch
 from solvers.duhl.selection import stream
 from solvers.duhl.swaps import MAX_PASSES_PER_ROUND, _child, round_epochs
@@ -46,9 +46,8 @@ from solvers.glm.certificates import tight_lasso
 from solvers.glm.models import shrink_cut
 from solvers.kernels import cpu
 
-# refresh="auto" in RAM runs here (as "all") when refreshing every stale gap reads at most
-# this many bytes per round beyond what "auto" refreshes: ~1-2 ms of the gap kernel, about
-# the Python loop's own cost per round (see routes)
+# refresh="auto" in RAM runs here (as "all") when refreshing every stale gap reads at most this many bytes per
+# round beyond what "auto" refreshes: ~1-2 ms of the gap kernel, about the Python loop's own cost per round (routes)
 EXTRA_GAP_BYTES = 4 << 20
 POLICIES = {"gap": 0, "sequential": 1, "random": 2}
 # proofs (solvers.duhl.gap_memory) run when their dual step's reads of u (three a round) are at most this
@@ -65,15 +64,13 @@ _NO_CLOCK = np.zeros(0)
 
 
 def routes(solver, problem, rset):
-    """Whether DuHL runs this loop: the data in RAM on device "cpu", no staging memory
-    (prefetch 0: nothing to overlap on a CPU), a gap, sequential or random selection, and
-    refresh "all", or "auto" when "all" costs little more. "auto" refreshes as many bytes
-    as the device touches, (local_epochs + 1) times the block's; "all" refreshes every
-    stale gap, the data outside the block. When the difference is at most EXTRA_GAP_BYTES
-    a round, "all" costs less than the ~1 ms of Python a round the compiled loop saves
-    (measured: w8a[20000] Lasso, 2.8 MB, at memory_budget 0.05, 2.4 MB more a round:
-    compiled 1.25 s to 1e-6, Python 2.2 s), and its selection sees fresher gaps. A
-    numeric refresh (a chosen share) keeps the Python loop."""
+    """Whether DuHL runs this loop: the data in RAM on device "cpu", no staging memory (prefetch 0: nothing to
+    overlap on a CPU), a gap, sequential or random selection, and refresh "all", or "auto" when "all" costs little
+    more. "auto" refreshes as many bytes as the device touches, (local_epochs + 1) times the block's; "all"
+    refreshes every stale gap, the data outside the block. When the difference is at most EXTRA_GAP_BYTES a round,
+    "all" costs less than the ~1 ms of Python a round the compiled loop saves (measured: w8a[20000] Lasso, 2.8 MB,
+    at memory_budget 0.05, 2.4 MB more a round: compiled 1.25 s to 1e-6, Python 2.2 s), and its selection sees
+    fresher gaps. A numeric refresh (a chosen share) keeps the Python loop."""
     if solver.device != "cpu" or problem.on_disk or rset.staging_bytes or solver.selection not in POLICIES:
         return False
     if solver.refresh == "all":
@@ -112,21 +109,18 @@ def _lap_total(clock, code, t_start, timed):
 def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off, mu, sqnorm, c, b, theta,
                    tight, l1, carry_dual, tol_abs, max_updates, deadline, local_epochs, max_passes, shrinking,
                    orders, picks, gaps, s, resident, counters, history, iterates, clock, proof, proof_arrays, gram):
-    """Rounds until a certified tolerance, ``max_updates``, ``deadline`` (perf_counter
-    seconds) or a full ``history``. Carried between calls: the block (B, row_coord,
-    pos: each coordinate's row or -1), the gap memory (gaps, s), ``resident`` and
-    ``counters`` (updates, rounds, swaps, bytes moved, rows of this slice, rows of
-    the run, sequential cursor, dual_best, 2: no gap known yet (the first call's row 0
-    comes from a full pass), 1: every gap fresh, 0: the last round's block's). Each
-    history row (see _row) is a round's start state; ``iterates`` receives a copy of a
-    at the first rows of the run. ``proof`` = (proving, centred) and ``proof_arrays``
-    = (norms, |mu|, path, at, proven, z scratch): the gap memory's proofs (proving False:
-    none; see solvers.duhl.gap_memory), carried between calls. ``gram`` = (G, dots, a_ref, gstate):
-    the Gram matrix of the coordinates and its state (see _round_certify; gstate[G_ON] 0: none, every
-    stale gap read from the data), carried between calls. ``clock`` accumulates where
-    the rounds' time goes, by PARTS (when it has that many entries; the thread's CPU time with
-    one more; else nothing is timed). Returns status: 1 converged, 2 max_updates, 3 deadline
-    or full history, 4 the round to build the Gram matrix (gstate[G_AT])."""
+    """Rounds until a certified tolerance, ``max_updates``, ``deadline`` (perf_counter seconds) or a full
+    ``history``. Carried between calls: the block (B, row_coord, pos: each coordinate's row or -1), the gap memory
+    (gaps, s), ``resident`` and ``counters`` (updates, rounds, swaps, bytes moved, rows of this slice, rows of the
+    run, sequential cursor, dual_best, 2: no gap known yet (the first call's row 0 comes from a full pass), 1: every
+    gap fresh, 0: the last round's block's). Each history row (see _row) is a round's start state; ``iterates``
+    receives a copy of a at the first rows of the run. ``proof`` = (proving, centred) and ``proof_arrays`` = (norms,
+    |mu|, path, at, proven, z scratch): the gap memory's proofs (proving False: none; see solvers.duhl.gap_memory),
+    carried between calls. ``gram`` = (G, dots, a_ref, gstate): the Gram matrix of the coordinates and its state
+    (see _round_certify; gstate[G_ON] 0: none, every stale gap read from the data), carried between calls. ``clock``
+    accumulates where the rounds' time goes, by PARTS (when it has that many entries; the thread's CPU time with one
+    more; else nothing is timed). Returns status: 1 converged, 2 max_updates, 3 deadline or full history, 4 the
+    round to build the Gram matrix (gstate[G_AT])."""
     n = a.shape[0]
     chosen = np.empty(n, dtype=np.int64)
     keep = np.zeros(n, dtype=np.bool_)
@@ -167,13 +161,15 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
         # the block as the mask ``keep`` or the list ``chosen``; ``held``: the block that stayed
         # (block[:m], the resident mask, the buffers as they were: most rounds of w8a's dual SVM)
         held, listed, n_stale = False, True, n_stale if stale_ready else 0
+        by_bits, bits, was = False, NO_BITS, NO_BITS  # a few coordinates' new and last block as bits
         to_list = not stale_ready and gstate[G_ON] == 0.0  # with G the stale gaps: those not in the last block
         if not to_list and not stale_ready:  # a mask, not a list: ~0.2 us a round of w8a[20000] at budget 0.05
             fresh[:] = resident
         if policy == 0:
-            k, held, listed = _few_block(gaps, resident, coord_bytes, budget, fit, keep, m, order) if n <= FEW else (
-                -1, False, False)
-            if k < 0:  # more than FEW coordinates, or a NaN gap
+            if n <= FEW:  # by their ranks or the fit-th gap (few_select), unless a gap is NaN
+                k, held, listed, bits, was = _few_block(gaps, resident, coord_bytes, budget, fit, keep, m, order)
+                by_bits = k >= 0
+            if not by_bits:  # more than FEW coordinates, or a NaN gap
                 k, held, listed = _next_block(gaps, resident, coord_bytes, budget, keep, m, chosen, keys, order)
         else:
             k = _select(policy, gaps, resident, coord_bytes, budget, picks, int(counters[6]), chosen, order, keys)
@@ -192,7 +188,10 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
         # the stale gaps (not in the last round's block, not proven; listed by the last round's proofs
         n_joined, moved = 0, 0  # when they ran), the block, those that join it, the resident mask
         if not held:
-            if m >= 0 and n > SORT_FEW:  # the last block listed: O(k + m) (a few coordinates: one pass)
+            if by_bits:  # its work: the block's and the changes' size (diabetes at budget 0.25: ~30 -> ~15 ns)
+                m, n_joined, moved, n_listed = _bits_pass(bits, was, resident, proven, coord_bytes, block, joined,
+                                                          stale, to_list)
+            elif m >= 0 and n > SORT_FEW:  # the last block listed: O(k + m) (a few coordinates: one pass)
                 m, n_joined, moved, n_listed = _round_lists(keep, chosen, k, listed, resident, proven, proving,
                                                             coord_bytes, block, m, joined, stale, to_list)
             else:

@@ -5,7 +5,7 @@ the last one ended, and of a few coordinates by their ranks (solvers.duhl.few_se
 import numpy as np
 import pytest
 
-from solvers.duhl.few_select import _few_block, _fit
+from solvers.duhl.few_select import _few_block, _fit, _fit_floor
 from solvers.duhl.block_select import TOP, _floor_bits, _next_block, _top_block
 from solvers.duhl.gap_select import _edge_block, _gap_block, _resident_keys, _same_block
 
@@ -106,7 +106,7 @@ def test_a_few_coordinates_block_by_ranks_is_the_lexsort_prefix(n):
         keep, chosen = np.zeros(n, bool), np.empty(n, np.int64)
         m = int(resident.sum()) if trial % 2 else -1  # the loop lists the resident block (m >= 0), or not yet
         fit = _fit(coord_bytes, budget)
-        k, held, listed = _few_block(gaps, resident, coord_bytes, budget, fit, keep, m, np.empty(n, np.int64))
+        k, held, listed, _, _ = _few_block(gaps, resident, coord_bytes, budget, fit, keep, m, np.empty(n, np.int64))
         nan = bool(np.isnan(gaps).any())
         assert (k < 0) == nan and not listed, trial
         same = np.array_equal(np.flatnonzero(resident), expected)
@@ -121,6 +121,58 @@ def test_a_few_coordinates_block_by_ranks_is_the_lexsort_prefix(n):
         paths.add((fit >= 0, nan, held))
     by_ranks = {(True, False, False), (False, False, False)} if n > 1 else {(True, False, False)}
     assert by_ranks <= paths, paths  # both byte kinds (one coordinate: its bytes are all), by ranks
+
+
+@pytest.mark.parametrize("n", [1, 2, 10, 32])
+def test_the_fit_th_largest_gap_is_numpys(n):
+    """few_select._fit_floor against its definition: the fit-th largest gap of the sorted gaps and the
+    count of those at or above it; none (-1) with NaN, a negative gap or -0.0 (whose bits do not order
+    as the floats do), or fit < 0; +0.0 when fit >= n (every gap); gaps with ties, zeros and +inf;
+    every fit from -1 to n + 1."""
+    rng, answered, refused = np.random.default_rng(n), 0, 0
+    for trial in range(40):
+        gaps = rng.random(n) if trial % 2 else np.round(rng.random(n), 1)  # ties
+        gaps[rng.random(n) < 0.2] = 0.0
+        if trial % 5 == 1:
+            gaps[rng.integers(n)] = np.inf
+        spoiled = trial % 7 == 3
+        if spoiled:
+            gaps[rng.integers(n)] = (np.nan, -0.0, -1e-300)[trial % 3]
+        for fit in range(-1, n + 2):
+            t, count = _fit_floor(gaps, fit)
+            if spoiled or fit < 0:
+                assert (t, count) == (-1, 0), (trial, fit)
+                refused += 1
+                continue
+            want = 0.0 if fit >= n else (np.sort(gaps)[::-1][fit - 1] if fit > 0 else gaps.max())  # (all: 0.0)
+            assert t == np.array(want).view(np.int64) and count == np.count_nonzero(gaps >= want), (trial, fit)
+            answered += 1
+    assert answered and refused
+
+
+@pytest.mark.parametrize("n", [4, 10, 32])
+def test_a_few_coordinates_block_by_the_fit_th_gap_is_the_lexsort_prefix(n):
+    """_few_block on dense data (every coordinate the same bytes) with gaps whose bits order them:
+    the block by the fit-th largest gap (fit at most n / 2) is the lexsort prefix, its bits and
+    ``keep`` agree, and a tie cut at that gap goes to the ranks (resident first) with the same prefix."""
+    rng, paths = np.random.default_rng(n), set()
+    for trial in range(60):
+        gaps = rng.random(n) if trial % 3 else np.round(rng.random(n), 1)
+        gaps[rng.random(n) < 0.2] = 0.0
+        coord_bytes = np.full(n, 8)
+        budget = 8 * int(rng.integers(0, n // 2 + 1)) + int(rng.integers(0, 8))
+        resident = rng.random(n) < 0.3
+        expected = _prefix(gaps, resident, coord_bytes, budget)
+        fit = _fit(coord_bytes, budget)
+        keep = np.zeros(n, bool)
+        k, held, listed, bits, was = _few_block(gaps, resident, coord_bytes, budget, fit, keep, -1,
+                                                np.empty(n, np.int64))
+        np.testing.assert_array_equal(np.flatnonzero(keep), expected, err_msg=f"trial {trial}")
+        assert k == expected.size and not held and not listed
+        assert bits == sum(1 << int(i) for i in expected) and was == sum(1 << int(i) for i in np.flatnonzero(resident))
+        t, count = _fit_floor(gaps, fit)
+        paths.add(2 * fit < n and count <= fit)
+    assert paths == {True, False}  # by the fit-th gap, and by the ranks
 
 
 @pytest.mark.parametrize("n", [40, 300, 5000])

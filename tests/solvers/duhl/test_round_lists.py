@@ -1,11 +1,13 @@
 """The compiled swap loop's round pass by lists (round_pass._round_lists: O(k + m) work when the
-last block is listed) against the round's lists as NumPy states them: the new block, those joining it
-and their bytes, the stale gaps (not resident before, not proven), the resident mask after."""
+last block is listed) and by bits (round_pass._bits_pass: a few coordinates' masks as integers)
+against the round's lists as NumPy states them: the new block, those joining it and their bytes,
+the stale gaps (not resident before, not proven), the resident mask after."""
 
 import numpy as np
 import pytest
 
-from solvers.duhl.round_pass import SORT_FEW, _round_lists
+from solvers.duhl.gap_select import FEW
+from solvers.duhl.round_pass import SORT_FEW, _bits_pass, _round_lists
 
 
 def _case(rng, n, m, k, order):
@@ -57,3 +59,34 @@ def test_round_lists_are_numpys(n, order, proving):
             assert moved == coord_bytes[want_joined].sum()
             assert (after == keep).all()
             assert n_stale == (want_stale.size if list_stale else 0) and (stale == want_stale[:n_stale]).all(), (m, k)
+
+
+def _bits(mask):
+    return np.uint64(sum(1 << int(i) for i in np.flatnonzero(mask)))
+
+
+@pytest.mark.parametrize("n", [1, 10, FEW])
+@pytest.mark.parametrize("proving", [False, True])
+def test_the_round_pass_by_bits_is_numpys(n, proving):
+    """_bits_pass from the new block's and the old one's bits: the same lists, counts and resident mask
+    as NumPy's, for blocks of every size from none to all (overlapping, equal, apart)."""
+    rng = np.random.default_rng(n)
+    for trial in range(60):
+        m, k = rng.integers(0, n + 1, 2)
+        old, new, resident, keep = _case(rng, n, m, k, "mask")
+        if trial % 6 == 0:
+            keep = resident.copy()  # the same block (the loop does not call it then; the lists still hold)
+        proven = (rng.random(n) < 0.3) & ~resident if proving else np.zeros(n, dtype=bool)
+        coord_bytes = rng.integers(1, 1000, n)
+        want_joined = np.flatnonzero(keep & ~resident)
+        want_stale = np.flatnonzero(~resident & ~proven)
+        for list_stale in (False, True):
+            block, joined = np.full(n + 1, -7, np.int64), np.full(n, -7, np.int64)
+            stale, after = np.full(n + 1, -7, np.int64), resident.copy()
+            m_new, n_joined, moved, n_stale = _bits_pass(_bits(keep), _bits(resident), after, proven, coord_bytes,
+                                                         block, joined, stale, list_stale)
+            assert m_new == keep.sum() and (block[:m_new] == np.flatnonzero(keep)).all(), trial
+            assert n_joined == want_joined.size and (joined[:n_joined] == want_joined).all(), trial
+            assert moved == coord_bytes[want_joined].sum() and (after == keep).all(), trial
+            assert n_stale == (want_stale.size if list_stale else 0), trial
+            assert (stale[:n_stale] == want_stale[:n_stale]).all(), trial
