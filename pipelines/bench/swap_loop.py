@@ -3,8 +3,9 @@
     python -m pipelines.bench.swap_loop            # the peers benchmark's quick problems
     python -m pipelines.bench.swap_loop --repeats 5
     python -m pipelines.bench.swap_loop --parts --arms "all resident,routed"
+    python -m pipelines.bench.swap_loop --full --parts --arms "all resident,routed"   # make bench's problems
 
-Side by side in one run, per problem of ``pipelines.bench.peers --quick``: time to
+Side by side in one run, per problem of ``pipelines.bench.peers --quick`` (``--full``: of make bench): time to
 rel_gap 1e-6 (the first certified row at or below it) with all data resident, and
 at memory_budget 0.25 with the Python loop (refresh "auto": what main runs; and
 refresh "all": the same iterates as the compiled loop) and the compiled loop
@@ -122,6 +123,7 @@ def main():
     parser.add_argument("--only", default=None, help="problems whose label contains this")
     parser.add_argument("--budget", type=float, default=0.25, help="memory_budget of the arms with part resident")
     parser.add_argument("--parts", action="store_true", help="the routed arm's wall time per round, by part")
+    parser.add_argument("--full", action="store_true", help="the full bench's problems (make bench), not --quick's")
     parser.add_argument("--arms", default=",".join(list(ARMS)[:5]),  # the local_epochs arms on request
                         help="comma-separated arms to run (the first is the ratios' base), e.g. 'all resident,routed'")
     args = parser.parse_args()
@@ -135,7 +137,7 @@ def main():
           "| warm-up s |")
     print("|---|---|---|---|---|---|---|---|---|")
     with threadpool_limits(1):
-        for label, build in problems(quick=True):
+        for label, build in problems(quick=not args.full):
             if args.only and args.only not in label:
                 continue
             try:
