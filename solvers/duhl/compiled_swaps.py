@@ -46,9 +46,9 @@ from solvers.glm.certificates import tight_lasso
 from solvers.glm.models import shrink_cut
 from solvers.kernels import cpu
 
-# refresh="auto" in RAM runs here (as "all") when refreshing every stale gap reads at most this many bytes per
-# round beyond what "auto" refreshes: ~1-2 ms of the gap kernel, about the Python loop's own cost per round (routes)
-EXTRA_GAP_BYTES = 4 << 20
+# refresh="auto" in RAM runs here (as "all") when refreshing every stale gap reads at most this many bytes, plus
+# these a coordinate, a round beyond what "auto" refreshes: about the Python loop's own cost a round (routes)
+EXTRA_GAP_BYTES, EXTRA_BYTES_PER_COORD = 4 << 20, 256
 POLICIES = {"gap": 0, "sequential": 1, "random": 2}
 # proofs (solvers.duhl.gap_memory) run when their dual step's reads of u (three a round) are at most this
 # share of the stale data they may spare a round; measured at memory_budget 0.25: w8a[20000] dual SVM (u:
@@ -68,17 +68,18 @@ def routes(solver, problem, rset):
     overlap on a CPU), a gap, sequential or random selection, and refresh "all", or "auto" when "all" costs little
     more. "auto" refreshes as many bytes as the device touches, (local_epochs + 1) times the block's; "all"
     refreshes every stale gap, the data outside the block. When the difference is at most EXTRA_GAP_BYTES a round,
-    "all" costs less than the ~1 ms of Python a round the compiled loop saves (measured: w8a[20000] Lasso, 2.8 MB,
-    at memory_budget 0.05, 2.4 MB more a round: compiled 1.25 s to 1e-6, Python 2.2 s), and its selection sees
-    fresher gaps. A numeric refresh (a chosen share) keeps the Python loop."""
+    plus EXTRA_BYTES_PER_COORD a coordinate, "all" costs less than the Python a round it saves: ~1 ms, plus NumPy's
+    bookkeeping over the coordinates (~150 ns each in a profile of the dense SVM 20000 x 300). From side-by-side
+    runs (README, "Where a round of DuHL spends its time"), compiled / Python to 1e-6: at 0.25 sparse Lasso 20000^2
+    (6 MB more, 20,000 coordinates) 5.9 / 9.6 ms; the dense SVM 20000 x 300 (12 MB, 20,000: over) 1196 / 436 ms.
+    A numeric refresh keeps the Python loop."""
     if solver.device != "cpu" or problem.on_disk or rset.staging_bytes or solver.selection not in POLICIES:
         return False
     if solver.refresh == "all":
         return True
-    total = int(problem.coord_bytes.sum())
-    block = int(rset.capacity_bytes)
+    total, block = int(problem.coord_bytes.sum()), int(rset.capacity_bytes)
     extra = (total - block) - (round_epochs(solver.local_epochs, total, block) + 1) * block
-    return solver.refresh == "auto" and extra <= EXTRA_GAP_BYTES
+    return solver.refresh == "auto" and extra <= EXTRA_GAP_BYTES + EXTRA_BYTES_PER_COORD * problem.n_coords
 
 
 # where run_swap_slice's time goes (see its ``clock``): the kernels (the swap's copies, the stale

@@ -56,5 +56,6 @@ def test_auto_routes_where_its_refresh_covers_the_stale_gaps(case_factory, monke
     problem = make_problem(go.PROBLEM_NAME[case.model], case.X, case.y, **case.params)
     rset = type("R", (), {"staging_bytes": 0, "capacity_bytes": int(0.25 * problem.coord_bytes.sum())})()
     monkeypatch.setattr(compiled, "EXTRA_GAP_BYTES", 0)
+    monkeypatch.setattr(compiled, "EXTRA_BYTES_PER_COORD", 0)
     assert compiled.routes(DuHL(memory_budget=0.25, local_epochs="auto"), problem, rset)
     assert not compiled.routes(DuHL(memory_budget=0.25, local_epochs=1), problem, rset)

@@ -141,8 +141,8 @@ def test_every_certified_gap_is_valid(case_factory, model, sparse, selection, mo
 def test_routes(case_factory, monkeypatch):
     """The compiled loop runs for the data in RAM on the CPU, without staging memory, with the
     gap, sequential or random policy, and refresh "all", or "auto" while refreshing every
-    stale gap reads at most EXTRA_GAP_BYTES more a round than "auto" would; the Python
-    loop everywhere else."""
+    stale gap reads at most EXTRA_GAP_BYTES, plus EXTRA_BYTES_PER_COORD a coordinate, more a
+    round than "auto" would; the Python loop everywhere else."""
     problem = _problem(case_factory("lasso", True, np.float64))
     total = int(problem.coord_bytes.sum())
 
@@ -154,8 +154,14 @@ def test_routes(case_factory, monkeypatch):
     assert not routed(selection="importance") and not routed(refresh=1.0) and not routed(refresh=0)
     assert not routed(staging=8)
     monkeypatch.setattr(compiled, "EXTRA_GAP_BYTES", 0)
+    monkeypatch.setattr(compiled, "EXTRA_BYTES_PER_COORD", 0)
     # at 0.25 with one local epoch "auto" refreshes half the data, "all" three quarters
     assert not routed() and routed(refresh="all") and routed(share=0.34) and routed(local_epochs=2)
+    extra = total - 3 * int(0.25 * total)  # the quarter more that "all" reads, a coordinate's share of it:
+    monkeypatch.setattr(compiled, "EXTRA_BYTES_PER_COORD", -(-extra // problem.n_coords))
+    assert routed()
+    monkeypatch.setattr(compiled, "EXTRA_BYTES_PER_COORD", extra // problem.n_coords - 1)
+    assert not routed()
 
 
 def test_pairwise_sum_is_numpys():
