@@ -22,13 +22,21 @@ post-processing).
 loop: wall time by part (solvers.duhl.compiled_swaps.PARTS: the kernels, and outside them
 the selection and the loop's own bookkeeping), per round, medians over the seeds, in
 separate runs after the timed ones; the clock is the CPU's time-stamp counter (~10 ns a
-reading), whose cost per lap is measured apart and taken out.
+reading), whose cost per lap is measured apart and taken out. Where DuHL routes to the
+Python loop, its rounds are split by the thread's CPU time instead: the main thread's time
+in the kernels (the epochs and their shuffles, the gap passes, the swaps' copies: the calls
+of solvers.kernels.cpu from the device, the resident set and the problem), and its other CPU time (outside the
+kernels: selection, bookkeeping, NumPy's work on lists and masks); waiting for the host
+thread's refresh (a kernel too, run beside the epochs) is neither.
 """
 
 import argparse
+import contextlib
 import os
 import statistics
+import threading
 import time
+import types
 
 from threadpoolctl import threadpool_limits
 
@@ -37,7 +45,10 @@ from numba import njit
 
 import solvers.duhl.compiled_parts as compiled_parts
 import solvers.duhl.compiled_swaps as compiled_swaps
+import solvers.duhl.devices as devices
 import solvers.duhl.inmemory as inmemory
+import solvers.duhl.resident as resident
+import solvers.glm.problems as glm_problems
 import solvers.duhl.solver as duhl_solver
 from pipelines.bench.peers import problems, time_to
 from solvers.duhl import gram
@@ -117,6 +128,60 @@ def round_parts(problem, repeats, share):
     return np.median(per, axis=0), lap / hz
 
 
+# the kernels the Python loop calls through these modules' ``cpu`` (solvers.kernels.cpu)
+KERNELS = ("scd_epoch_dense", "scd_epoch_sparse", "gaps_dense", "gaps_sparse", "copy_csr_rows", "shuffle")
+COPIES = ("upload_rows", "upload_into", "gather")  # the CPU device's copies (NumPy's)
+
+
+@contextlib.contextmanager
+def kernel_clock(spent):
+    """The main thread's CPU seconds in the kernels added to ``spent[0]``: the modules that call
+    them see a timed copy of solvers.kernels.cpu (the real module, and the compiled code that
+    takes its functions from it, stay as they are), the CPU device's copies timed in place."""
+    main = threading.main_thread()
+
+    def timed(fn):
+        def call(*args, **kwargs):
+            if threading.current_thread() is not main:
+                return fn(*args, **kwargs)
+            t = time.thread_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[0] += time.thread_time() - t
+        return call
+
+    cpu = devices.cpu
+    proxy = types.SimpleNamespace(**{name: getattr(cpu, name) for name in dir(cpu) if not name.startswith("__")})
+    for name in KERNELS:
+        setattr(proxy, name, timed(getattr(cpu, name)))
+    copies = {name: getattr(devices.CPUDevice, name) for name in COPIES}
+    devices.cpu = glm_problems.cpu = resident.cpu = proxy
+    for name, fn in copies.items():
+        setattr(devices.CPUDevice, name, timed(fn))
+    try:
+        yield
+    finally:
+        devices.cpu = glm_problems.cpu = resident.cpu = cpu
+        for name, fn in copies.items():
+            setattr(devices.CPUDevice, name, fn)
+
+
+def python_parts(problem, repeats, share):
+    """The routed arm's Python rounds: (the main thread's CPU seconds in the kernels, its other CPU
+    seconds, wall seconds) per round, medians over seeds (see the module's docstring)."""
+    per = []
+    for seed in range(repeats):
+        spent = [0.0]
+        with kernel_clock(spent):
+            c0, t0 = time.thread_time(), time.perf_counter()
+            res = run(problem, "routed", seed, share=share)
+            cpu, wall = time.thread_time() - c0, time.perf_counter() - t0
+        rounds = max(1, res.n_rounds)
+        per.append((spent[0] / rounds, (cpu - spent[0]) / rounds, wall / rounds))
+    return np.median(per, axis=0)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3)
@@ -170,7 +235,9 @@ def main():
                 print(f"| {label} | {arm} | {t * 1e3:.2f} | {t / base[0]:.2f} | {cpu * 1e3:.1f} | {cpu / base[1]:.2f} "
                       f"| {rounds:.0f} | {epochs:.1f} | {warm[arm]:.2f} |", flush=True)
             if args.parts:
-                parts.append((label, round_parts(problem, args.repeats, args.budget)))
+                compiled = round_parts(problem, args.repeats, args.budget)
+                python = python_parts(problem, args.repeats, args.budget) if compiled[0] is None else None
+                parts.append((label, compiled, python))
     if parts:
         names = compiled_swaps.PARTS[:-1]
         print("\nThe routed arm's compiled rounds: wall ns per round by part (medians; the clock's own cost, "
@@ -178,13 +245,22 @@ def main():
               "outside the kernels (selection and other)")
         print("| problem | " + " | ".join(names) + " | round | outside the kernels |")
         print("|---" * (len(names) + 3) + "|")
-        for label, (per_round, _) in parts:
+        for label, (per_round, _), _ in parts:
             if per_round is None:
-                print(f"| {label} | the Python loop ran |")
+                print(f"| {label} | the Python loop ran (below) |")
                 continue
             cells = " | ".join(f"{x * 1e9:.0f}" for x in per_round)
             outside = (per_round[0] + per_round[5]) / per_round[-1]
             print(f"| {label} | {cells} | {outside:.1%} |")
+        python = [(label, p) for label, _, p in parts if p is not None]
+        if python:
+            print("\nThe routed arm's Python rounds: the main thread's CPU us per round in the kernels and "
+                  "outside them, the round's wall us (medians), the share outside the kernels")
+            print("| problem | kernels | outside | round | outside the kernels |")
+            print("|---|---|---|---|---|")
+            for label, (kernels, outside, wall) in python:
+                print(f"| {label} | {kernels * 1e6:.0f} | {outside * 1e6:.0f} | {wall * 1e6:.0f} | "
+                      f"{outside / wall:.1%} |")
     print(f"load average {os.getloadavg()}")
 
 

@@ -17,14 +17,13 @@ from numba.extending import intrinsic, overload
 
 from solvers.duhl.gap_select import _gap_block
 from solvers.duhl.inmemory import _csr, _now, _thread_cpu_ns  # noqa: F401 (compiled_swaps takes _now from here)
-from solvers.glm.models import zero_interval
 from solvers.kernels import cpu
 
 
 # Numba's cache keys a function on its own file only (numba#1833): the loops' cache files
 # (compiled_swaps, gram) are named after the code they compile in from other files, so an
 # edit there recompiles
-_SOURCES = ("duhl/compiled_parts.py", "duhl/gap_select.py", "duhl/block_select.py", "duhl/few_select.py",
+_SOURCES = ("duhl/compiled_parts.py", "duhl/gap_memory.py", "duhl/gap_select.py", "duhl/block_select.py", "duhl/few_select.py",
             "duhl/inmemory.py", "duhl/gram.py", "duhl/round_pass.py", "kernels/cpu.py", "glm/certificates.py")
 _DIGEST = hashlib.sha1(b"".join((Path(__file__).parents[1] / f).read_bytes() for f in _SOURCES)).hexdigest()[:12]
 
@@ -261,24 +260,6 @@ def _row(history, iterates, counters, a, primal, dual, gap, rnd, n_resident):
     counters[5] += 1
 
 
-# the gap memory's proofs (solvers.duhl.gap_memory) in the compiled loop, by the model's
-# compiled zero_interval (the twin of its zero_gap, tested in test_proven_gaps.py)
-@njit(nogil=True, cache=True)
-def _proven(theta, a, s, norm, mu, path, at, u_norm, margin, rounding):
-    """GapMemory.prove for one coordinate: whether its gap is 0 now, its s (computed when the
-    dual path's length was ``at``) kept inside the model's zero interval at a
-    (solvers.glm.models.zero_interval) by more than how far it can have moved since
-    (``path``: the length now), plus its rounding."""
-    lo, hi = zero_interval(theta, a)
-    if not lo <= hi:
-        return False
-    drift = norm * (path[0] - at[0] + rounding * u_norm)
-    drift += mu * (path[1] - at[1])
-    lo_margin = margin * abs(lo) if np.isfinite(lo) else 0.0
-    hi_margin = margin * abs(hi) if np.isfinite(hi) else 0.0
-    return s - drift >= lo + lo_margin and s + drift <= hi - hi_margin
-
-
 @njit(nogil=True, cache=True)
 def _step(z_old, z, shift_old, shift, centred, path):
     """dual_step (solvers.duhl.gap_memory) added to ``path``; returns ||z|| (for s's rounding)."""
@@ -319,6 +300,7 @@ def _hand_back(rset, problem, block, row_coord, resident, counters):
     else:
         rset.in_block = row_coord >= 0
         rset._coords_dev = None
+        rset.reindex()
 
 
 def _form(problem, a, z, off, gap_sum, s_max, dual_best):

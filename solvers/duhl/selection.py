@@ -42,7 +42,9 @@ def gap_block(gaps, resident, coord_bytes, budget):
     k = _gap_block(np.ascontiguousarray(gaps, dtype=np.float64), np.ascontiguousarray(resident, dtype=np.bool_),
                    np.ascontiguousarray(coord_bytes, dtype=np.int64), int(budget), chosen,
                    np.empty(n, dtype=np.uint64), np.empty(n, dtype=np.int64))
-    return np.sort(chosen[:k])
+    block = np.zeros(n, dtype=bool)  # in coordinate order by a mask: np.sort took 5x longer (5,000 of 20,000)
+    block[chosen[:k]] = True
+    return np.flatnonzero(block)
 
 
 class Policy:

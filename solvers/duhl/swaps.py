@@ -162,11 +162,9 @@ def refresh_ratio(refresh, problem):
 
 def provable(problem):
     """GapMemory's arguments for proving gaps 0 without data (models with a ``zero_gap``)."""
-    zero_gap = problem.model.zero_gap
-    if zero_gap is None:
+    if problem.model.zero_gap is None:
         return {}
-    theta = problem.theta
-    return {"zero_gap": lambda a: zero_gap(theta, a), "norms": np.sqrt(problem.sqnorm), "mu": problem.mu}
+    return {"theta": problem.theta, "norms": np.sqrt(problem.sqnorm), "mu": problem.mu}
 
 
 def solve_with_swaps(solver, problem, rset, a, z, off, rng, trace, t0, iterates):
@@ -232,7 +230,7 @@ def solve_with_swaps(solver, problem, rset, a, z, off, rng, trace, t0, iterates)
                 resident[:] = False
                 resident[chosen] = True
                 n_resident = int(chosen.shape[0])
-                block_bytes = int(coord_bytes[chosen].sum())
+                block_bytes = memory.bytes(chosen)
                 if solver.shrinking and not resident.all():
                     # a working set inside the block: coordinates whose last known gap is 0 sit
                     # at a bound with optimality holding; the block's gaps still cover them all
@@ -255,18 +253,18 @@ def solve_with_swaps(solver, problem, rset, a, z, off, rng, trace, t0, iterates)
                 continue
 
             stale = memory.stale()
-            stale_bytes = int(coord_bytes[stale].sum())
+            stale_bytes = memory.bytes(stale)
             exact = certifier.due(rnd, estimate, stale_bytes)
             if exact:
                 todo = stale
             elif ratio > 0:
-                todo = memory.plan(ratio * (passes * int(coord_bytes[visit].sum()) + block_bytes))
+                todo = memory.plan(ratio * (passes * memory.bytes(visit) + block_bytes))
             else:
                 todo = stale[:0]
             # the host reads the start state while the device moves on from it (a small
             # refresh costs less than a thread hand-off: done here, before the round)
             snapshot = (a.copy(), z.copy(), off.copy())
-            todo_bytes = int(coord_bytes[todo].sum())
+            todo_bytes = memory.bytes(todo)
             if todo_bytes >= INLINE_BYTES:
                 job = host.submit(problem.coordinate_gaps, *snapshot, todo, with_s=True)
             else:
