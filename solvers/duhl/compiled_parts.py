@@ -23,8 +23,9 @@ from solvers.kernels import cpu
 # Numba's cache keys a function on its own file only (numba#1833): the loops' cache files
 # (compiled_swaps, gram) are named after the code they compile in from other files, so an
 # edit there recompiles
-_SOURCES = ("duhl/compiled_parts.py", "duhl/gap_memory.py", "duhl/gap_select.py", "duhl/block_select.py", "duhl/few_select.py",
-            "duhl/inmemory.py", "duhl/gram.py", "duhl/round_pass.py", "kernels/cpu.py", "glm/certificates.py")
+_SOURCES = ("duhl/compiled_parts.py", "duhl/gap_memory.py", "duhl/gap_select.py", "duhl/block_select.py",
+            "duhl/few_select.py", "duhl/inmemory.py", "duhl/gram.py", "duhl/round_pass.py", "kernels/cpu.py",
+            "glm/certificates.py")
 _DIGEST = hashlib.sha1(b"".join((Path(__file__).parents[1] / f).read_bytes() for f in _SOURCES)).hexdigest()[:12]
 
 
