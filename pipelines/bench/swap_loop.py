@@ -25,7 +25,8 @@ separate runs after the timed ones; the clock is the CPU's time-stamp counter (~
 reading), whose cost per lap is measured apart and taken out. Where DuHL routes to the
 Python loop, its rounds are split by the thread's CPU time instead: the main thread's time
 in the kernels (the epochs and their shuffles, the gap passes, the swaps' copies: the calls
-of solvers.kernels.cpu from the device, the resident set and the problem), and its other
+of solvers.kernels.cpu from the device, the resident set and the problem; a row's
+certificate, Problem.certify, as the compiled loop's clock has it), and its other
 CPU time (outside the kernels: selection, bookkeeping, NumPy's work on lists and masks),
 inside the round loop, not the solve's set-up; waiting for the host thread's refresh (a
 kernel too, run beside the epochs) is neither.
@@ -138,17 +139,21 @@ COPIES = ("upload_rows", "upload_into", "gather")  # the CPU device's copies (Nu
 def kernel_clock(spent):
     """The main thread's CPU seconds in the kernels added to ``spent[0]``: the modules that call
     them see a timed copy of solvers.kernels.cpu (the real module, and the compiled code that
-    takes its functions from it, stay as they are), the CPU device's copies timed in place."""
-    main = threading.main_thread()
+    takes its functions from it, stay as they are), the CPU device's copies and Problem.certify
+    (a row's certificate, as the compiled loop's clock counts it) timed in place; a call inside
+    a timed one is not counted again."""
+    main, depth = threading.main_thread(), [0]
 
     def timed(fn):
         def call(*args, **kwargs):
-            if threading.current_thread() is not main:
+            if threading.current_thread() is not main or depth[0]:
                 return fn(*args, **kwargs)
             t = time.thread_time()
+            depth[0] += 1
             try:
                 return fn(*args, **kwargs)
             finally:
+                depth[0] -= 1
                 spent[0] += time.thread_time() - t
         return call
 
@@ -156,16 +161,17 @@ def kernel_clock(spent):
     proxy = types.SimpleNamespace(**{name: getattr(cpu, name) for name in dir(cpu) if not name.startswith("__")})
     for name in KERNELS:
         setattr(proxy, name, timed(getattr(cpu, name)))
-    copies = {name: getattr(devices.CPUDevice, name) for name in COPIES}
+    methods = {(devices.CPUDevice, name): getattr(devices.CPUDevice, name) for name in COPIES}
+    methods[glm_problems.Problem, "certify"] = glm_problems.Problem.certify
     devices.cpu = glm_problems.cpu = resident.cpu = proxy
-    for name, fn in copies.items():
-        setattr(devices.CPUDevice, name, timed(fn))
+    for (owner, name), fn in methods.items():
+        setattr(owner, name, timed(fn))
     try:
         yield
     finally:
         devices.cpu = glm_problems.cpu = resident.cpu = cpu
-        for name, fn in copies.items():
-            setattr(devices.CPUDevice, name, fn)
+        for (owner, name), fn in methods.items():
+            setattr(owner, name, fn)
 
 
 def python_parts(problem, repeats, share):
@@ -180,18 +186,18 @@ def python_parts(problem, repeats, share):
         spent[0], c0, t0 = 0.0, time.thread_time(), time.perf_counter()
         try:
             return loop(*args, **kwargs)
-        finally:
-            spent[1:] = [time.thread_time() - c0, time.perf_counter() - t0]
+        finally:  # (the kernels' time inside the loop: the solve certifies after it)
+            spent[1:] = [spent[0], time.thread_time() - c0, time.perf_counter() - t0]
 
     for seed in range(repeats):
-        spent = [0.0, 0.0, 0.0]
+        spent = [0.0, 0.0, 0.0, 0.0]
         duhl_solver.solve_with_swaps = timed_loop
         try:
             with kernel_clock(spent):
                 res = run(problem, "python auto", seed, share=share)  # what "routed" runs there
         finally:
             duhl_solver.solve_with_swaps = loop
-        kernels, cpu, wall = spent
+        _, kernels, cpu, wall = spent
         rounds = max(1, res.n_rounds)
         per.append((kernels / rounds, (cpu - kernels) / rounds, wall / rounds))
     return np.median(per, axis=0)

@@ -261,25 +261,6 @@ def _row(history, iterates, counters, a, primal, dual, gap, rnd, n_resident):
     counters[5] += 1
 
 
-@njit(nogil=True, cache=True)
-def _step(z_old, z, shift_old, shift, centred, path):
-    """dual_step (solvers.duhl.gap_memory) added to ``path``; returns ||z|| (for s's rounding)."""
-    m = z.shape[0]
-    total = 0.0
-    for k in range(m):
-        total += z[k] - z_old[k]
-    mean = total / m if centred else 0.0
-    sq, zz = 0.0, 0.0
-    for k in range(m):
-        d = z[k] - z_old[k] - mean
-        sq += d * d
-        zz += z[k] * z[k]
-    path[0] += np.sqrt(sq)
-    if centred:
-        path[1] += abs(total - (shift - shift_old))
-    return np.sqrt(zz)
-
-
 def _proof_arrays(problem, m, proving):
     """(norms, |mu|, path, at, proven, z scratch) of the proofs (see run_swap_slice); where none will
     run, empty ones but ``proven`` (the round's pass reads it): a solve's set-up, ~5 us less."""

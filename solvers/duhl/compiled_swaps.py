@@ -31,12 +31,12 @@ import numpy as np
 
 from solvers.duhl import gram
 from solvers.duhl.compiled_parts import (_block_gaps, _clock, _form, _hand_back, _now, _proof_arrays, _row,
-                                         _select, _step, _swap_in, loop_kernel as _loop_kernel)
+                                         _select, _swap_in, loop_kernel as _loop_kernel)
 from solvers.duhl.few_select import NO_BITS, _few_block, _fit
 from solvers.duhl.block_select import _next_block
 from solvers.duhl.gram import (G_AT, G_COST, G_EPOCHS, G_EVERY, G_ON, G_SINCE, G_START_GAP, G_WORK, _gram_block_end,
                                _gram_due, _gram_epoch, _round_certify)
-from solvers.duhl.gap_memory import MARGIN, ROUNDING, _proven
+from solvers.duhl.gap_memory import MARGIN, ROUNDING, _proven, _step
 from solvers.duhl.gap_select import FEW
 from solvers.duhl.round_pass import SORT_FEW, _bits_pass, _round_lists, _round_pass, _stale_runs
 from solvers.duhl.inmemory import _epoch

@@ -148,15 +148,27 @@ def _prove_stale(fresh, theta, a, s, norms, mu, path, at, u_norm, proven, gaps):
 
 def dual_step(z_old, z_new, shift_old, shift_new, centred):
     """How far u = z - shift moved, as the bound on |ds_i| needs it (see GapMemory.moved):
-    s_i = <A_i, z> - shift mu_i with shift = c m off."""
-    dz = z_new - z_old
-    if not centred:
-        return np.array([norm(dz), 0.0])
-    total = float(dz.sum())
-    return np.array([norm(dz - total / dz.shape[0]), abs(total - (shift_new - shift_old))])
+    s_i = <A_i, z> - shift mu_i with shift = c m off. (Compiled, _step: NumPy's passes over the
+    samples and their norm took ~50 us a round of w8a's Lasso at memory_budget 0.05, a tenth.)"""
+    step = np.zeros(2)
+    _step(z_old, z_new, shift_old, shift_new, centred, step)
+    return step
 
 
-def norm(x):
-    """||x||_2 without BLAS (a BLAS call from this thread waits on its pool's spinning
-    threads while the host thread computes gaps: 11 ms for 20,000 numbers, measured)."""
-    return float(np.sqrt(np.square(x).sum()))
+@njit(nogil=True, cache=True)
+def _step(z_old, z, shift_old, shift, centred, path):
+    """dual_step added to ``path``; returns ||z|| (for s's rounding)."""
+    m = z.shape[0]
+    total = 0.0
+    for k in range(m):
+        total += z[k] - z_old[k]
+    mean = total / m if centred else 0.0
+    sq, zz = 0.0, 0.0
+    for k in range(m):
+        d = z[k] - z_old[k] - mean
+        sq += d * d
+        zz += z[k] * z[k]
+    path[0] += np.sqrt(sq)
+    if centred:
+        path[1] += abs(total - (shift - shift_old))
+    return np.sqrt(zz)

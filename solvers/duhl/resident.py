@@ -1,10 +1,9 @@
 """Resident sets: the coordinates whose data a device holds, and a round on them.
 
-A resident set holds the chosen coordinates' data on a device (DuHL's "block")
-and runs the device side of a round there: epochs of coordinate descent over
-its coordinates, then their gaps. The host keeps all data, ``a`` and ``z``.
-Two layouts: dense rows of equal size, and a CSR buffer of entries. A share of
-the memory may be staging: coordinates prefetched for a coming swap.
+A resident set holds the chosen coordinates' data on a device (DuHL's "block") and runs the device
+side of a round there: epochs of coordinate descent over its coordinates, then their gaps. The host
+keeps all data, ``a`` and ``z``. Two layouts: dense rows of equal size, and a CSR buffer of entries.
+A share of the memory may be staging: coordinates prefetched for a coming swap.
 """
 
 import warnings
@@ -25,25 +24,30 @@ def _in_order(coords):
     return coords if coords.shape[0] < 2 or bool((coords[1:] > coords[:-1]).all()) else np.sort(coords)
 
 
+def _members(values, of, n):
+    """np.isin(values, of) for coordinates in [0, n), by a mask (np.isin sorts or hashes: ~30 us a
+    call here however few the values, a tenth of w8a's Lasso round at memory_budget 0.05)."""
+    mask = np.zeros(n, dtype=bool)
+    mask[of] = True
+    return mask[values]
+
+
 def _by_coordinate(rows, row_coord):
-    """``rows`` ordered by the coordinate they hold: epochs and gap sums then depend
-    on which coordinates are resident, never on where they sit (so prefetching
-    changes no iterate)."""
+    """``rows`` ordered by the coordinate they hold: epochs and gap sums then depend on which
+    coordinates are resident, never on where they sit (so prefetching changes no iterate)."""
     return rows[np.argsort(row_coord[rows], kind="stable")]
 
 
 class ResidentSet:
     """What both layouts share: counters, and a round's shape.
 
-    A round runs ``local_epochs`` epochs on the block, then (when asked)
-    prefetches the next round's likely newcomers into staging memory while
-    the epochs run, then returns the block's gaps. ``prefetch_hits`` counts
-    swapped-in coordinates found already on the device (no copy on the
-    critical path); ``bytes_prefetched`` the bytes copied ahead of need (in
-    ``bytes_h2d`` too, used or not).
+    A round runs ``local_epochs`` epochs on the block, then (when asked) prefetches the next
+    round's likely newcomers into staging memory while the epochs run, then returns the block's
+    gaps. ``prefetch_hits`` counts swapped-in coordinates found already on the device (no copy on
+    the critical path); ``bytes_prefetched`` the bytes copied ahead of need (in ``bytes_h2d``
+    too, used or not).
     """
 
-    _cached = (None, None)
     staging_bytes = 0
 
     def __init__(self):
@@ -57,13 +61,6 @@ class ResidentSet:
     def close(self):
         """Wait for the copies still in flight (a solve returns with none: no read lands in
         its buffers, or on its byte counts, after it)."""
-
-    def _positions(self, coords, row_coord):
-        """Where ``coords`` sit in the block, in coordinate order; cached while the
-        same array is passed."""
-        if self._cached[0] is not coords:
-            self._cached = (coords, _by_coordinate(np.flatnonzero(np.isin(row_coord, coords)), row_coord))
-        return self._cached[1]
 
     def run_round(self, state, orders, passes, with_gaps=True, active=None, prefetch=None):
         """``passes`` epochs over the resident set (only its ``active`` coordinates,
@@ -302,6 +299,7 @@ class SparseResidentSet(ResidentSet):
         self.rows = _CSRRows(device, cap, A.indices.dtype, A.data.dtype)
         self.stage = _CSRRows(device, stage, A.indices.dtype, A.data.dtype)
         self._indptr_dev = None
+        self._cached = (None, None)
         self.capacity_bytes = cap * unit_bytes(A)
         self.staging_bytes = stage * unit_bytes(A)
 
@@ -318,8 +316,8 @@ class SparseResidentSet(ResidentSet):
 
     def assign(self, coords):
         coords = np.asarray(coords, dtype=np.int64)
-        A, dev = self.problem.A, self.device
-        joined = ~np.isin(coords, self.rows.coords)
+        A, dev, n = self.problem.A, self.device, self.problem.n_coords
+        joined = ~_members(coords, self.rows.coords, n)
         incoming = coords[joined]
         if self.zero_copy:
             self.rows.coords = np.arange(A.shape[0], dtype=np.int64)
@@ -328,10 +326,10 @@ class SparseResidentSet(ResidentSet):
             return int(incoming.shape[0])
         with dev.context():
             dev.settle()
-            kept = np.flatnonzero(np.isin(self.rows.coords, coords))
-            hits = np.flatnonzero(np.isin(self.stage.coords, incoming))
+            kept = np.flatnonzero(_members(self.rows.coords, coords, n))
+            hits = np.flatnonzero(_members(self.stage.coords, incoming, n))
             self.prefetch_hits += int(hits.shape[0])
-            missing = incoming[~np.isin(incoming, self.stage.coords[hits])]
+            missing = incoming[~_members(incoming, self.stage.coords[hits], n)]
             self.rows.rebuild(dev, [(self.rows, kept), (self.stage, hits)], A, missing)
             self._indptr_dev = dev.xp.asarray(self.rows.indptr)
         return int(incoming.shape[0])
@@ -339,10 +337,10 @@ class SparseResidentSet(ResidentSet):
     def prefetch(self, coords):
         """Stage ``coords`` not in the block (as many as fit, in order); staged rows
         still wanted stay, the others make room."""
-        A = self.problem.A
-        wanted = coords[~np.isin(coords, self.rows.coords)]
-        keep = np.flatnonzero(np.isin(self.stage.coords, wanted))
-        new = wanted[~np.isin(wanted, self.stage.coords)]
+        A, n = self.problem.A, self.problem.n_coords
+        wanted = coords[~_members(coords, self.rows.coords, n)]
+        keep = np.flatnonzero(_members(self.stage.coords, wanted, n))
+        new = wanted[~_members(wanted, self.stage.coords, n)]
         room = self.stage.capacity - int(np.diff(self.stage.indptr)[keep].sum())
         fits = np.cumsum(np.diff(A.indptr)[new]) <= room
         new = new[: int(np.argmin(fits)) if not fits.all() else new.shape[0]]
@@ -352,9 +350,15 @@ class SparseResidentSet(ResidentSet):
         return int(new.shape[0])
 
     def _visit(self, active):
+        """Where the coordinates ``active`` (all when None) sit in the block, in coordinate order;
+        cached while the same array is passed."""
         coords = self.rows.coords
-        return (_by_coordinate(np.arange(coords.shape[0]), coords) if active is None
-                else self._positions(active, coords))
+        if active is None:
+            return _by_coordinate(np.arange(coords.shape[0]), coords)
+        if self._cached[0] is not active:
+            rows = np.flatnonzero(_members(coords, active, self.problem.n_coords))
+            self._cached = (active, _by_coordinate(rows, coords))
+        return self._cached[1]
 
     def _epoch(self, order, st):
         return self.device.epoch_sparse(self.buf, self._coords_dev, order, st, self.problem)
@@ -372,14 +376,12 @@ class SparseResidentSet(ResidentSet):
                                                  self.problem))
 
 
-def make_resident_set(problem, budget_bytes, device="cpu", prefetch=0.0, gap_kernel="tpa",
-                      concurrency="auto"):
-    """The device's resident set of a problem for a budget in bytes (None: all data), of
-    which a ``prefetch`` share is staging memory for coordinates copied ahead of
-    their swap (none when the budget holds all data); ``gap_kernel`` computes the
-    block's gaps on a GPU device ("tpa": a thread block per coordinate; "blas":
-    one cuBLAS matrix-vector product, then a thread per coordinate); ``concurrency``
-    caps the coordinates a GPU epoch updates at once ("auto": sqrt of the epoch's)."""
+def make_resident_set(problem, budget_bytes, device="cpu", prefetch=0.0, gap_kernel="tpa", concurrency="auto"):
+    """The device's resident set of a problem for a budget in bytes (None: all data), of which a
+    ``prefetch`` share is staging memory for coordinates copied ahead of their swap (none when the
+    budget holds all data); ``gap_kernel`` computes the block's gaps on a GPU device ("tpa": a thread
+    block per coordinate; "blas": one cuBLAS matrix-vector product, then a thread per coordinate);
+    ``concurrency`` caps the coordinates a GPU epoch updates at once ("auto": sqrt of the epoch's)."""
     dev = make_device(problem, device, gap_kernel, concurrency)
     total = int(problem.coord_bytes.sum())
     budget = total if budget_bytes is None else min(int(budget_bytes), total)

@@ -34,7 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from solvers.duhl.gap_memory import GapMemory, dual_step, norm
+from solvers.duhl.gap_memory import GapMemory, _step
 from solvers.duhl.ram_tier import RamTier, ram_choice
 from solvers.duhl.selection import Policy, stream
 from solvers.glm.models import shrink_cut
@@ -289,8 +289,9 @@ def solve_with_swaps(solver, problem, rset, a, z, off, rng, trace, t0, iterates)
                         break
                 else:
                     certifier.refreshed(todo_bytes)
-            step = dual_step(snapshot[1], z, problem.c * m * snapshot[2][0], problem.c * m * off[0], centred)
-            memory.moved(dev_coords, dev_gaps, dev_s, step=step, a=a, u_norm=norm(z))
+            step = np.zeros(2)  # how far u moved (gap_memory.dual_step), and ||z||
+            u_norm = _step(snapshot[1], z, problem.c * m * snapshot[2][0], problem.c * m * off[0], centred, step)
+            memory.moved(dev_coords, dev_gaps, dev_s, step=step, a=a, u_norm=u_norm)
             certified = memory.all_known()  # every gap computed or proven: the end state's is exact
             end_recorded = certified and whole
             if end_recorded:  # all resident: the end state's row now (else the next round's start row)

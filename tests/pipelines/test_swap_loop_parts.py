@@ -2,6 +2,7 @@
 and nothing once it is closed (the modules get their real solvers.kernels.cpu back)."""
 
 import threading
+import time
 
 import numpy as np
 
@@ -33,6 +34,30 @@ def test_kernel_clock_counts_the_main_threads_kernels_only():
     assert counted > 0 and spent[0] == counted
     assert devices.cpu is cpu and glm_problems.cpu is cpu
     assert devices.CPUDevice.upload_rows.__qualname__ == "CPUDevice.upload_rows"
+    assert glm_problems.Problem.certify.__qualname__ == "Problem.certify"
+
+
+def test_a_kernel_inside_a_timed_call_counts_once(monkeypatch):
+    """Problem.certify computes the gaps itself when not given them: its time, not twice."""
+    problem = _problem()
+    a = np.zeros(problem.n_coords)
+    state = (a, *problem.state_from(a))
+    problem.certify(*state)
+    spent, inner = [0.0], []
+    real = cpu.gaps_dense
+
+    def slow(*args):
+        real(*args)
+        inner.append(1)
+        for _ in range(200000):  # CPU time the clock sees
+            pass
+
+    monkeypatch.setattr(cpu, "gaps_dense", slow)
+    with swap_loop.kernel_clock(spent):
+        t = time.thread_time()
+        problem.certify(*state)
+        total = time.thread_time() - t
+    assert inner and 0 < spent[0] <= total
 
 
 def test_python_parts_split_a_python_loop_round():
