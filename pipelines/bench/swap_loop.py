@@ -25,11 +25,11 @@ separate runs after the timed ones; the clock is the CPU's time-stamp counter (~
 reading), whose cost per lap is measured apart and taken out. Where DuHL routes to the
 Python loop, its rounds are split by the thread's CPU time instead: the main thread's time
 in the kernels (the epochs and their shuffles, the gap passes, the swaps' copies: the calls
-of solvers.kernels.cpu from the device, the resident set and the problem; a row's
-certificate, Problem.certify, as the compiled loop's clock has it), and its other
-CPU time (outside the kernels: selection, bookkeeping, NumPy's work on lists and masks),
-inside the round loop, not the solve's set-up; waiting for the host thread's refresh (a
-kernel too, run beside the epochs) is neither.
+of solvers.kernels.cpu from the device, the resident set and the problem; as the compiled
+loop's clock has them, a row's certificate, Problem.certify, and the gap memory's proofs),
+and its other CPU time (outside the kernels: selection, bookkeeping, NumPy's work on lists
+and masks), inside the round loop, not the solve's set-up; waiting for the host thread's
+refresh (a kernel too, run beside the epochs) is neither.
 """
 
 import argparse
@@ -48,10 +48,12 @@ from numba import njit
 import solvers.duhl.compiled_parts as compiled_parts
 import solvers.duhl.compiled_swaps as compiled_swaps
 import solvers.duhl.devices as devices
+import solvers.duhl.gap_memory as gap_memory
 import solvers.duhl.inmemory as inmemory
 import solvers.duhl.resident as resident
 import solvers.glm.problems as glm_problems
 import solvers.duhl.solver as duhl_solver
+import solvers.duhl.swaps as swaps
 from pipelines.bench.peers import problems, time_to
 from solvers.duhl import gram
 from solvers.duhl.compiled_parts import _clock
@@ -133,15 +135,17 @@ def round_parts(problem, repeats, share):
 # the kernels the Python loop calls through these modules' ``cpu`` (solvers.kernels.cpu)
 KERNELS = ("scd_epoch_dense", "scd_epoch_sparse", "gaps_dense", "gaps_sparse", "copy_csr_rows", "shuffle")
 COPIES = ("upload_rows", "upload_into", "gather")  # the CPU device's copies (NumPy's)
+# the gap memory's proofs, compiled passes over the samples and the coordinates (the compiled loop's clock
+# has them in its part "block gaps"), where the Python loop calls them
+PROOFS = {"_step": swaps, "_prove_stale": gap_memory}
 
 
 @contextlib.contextmanager
 def kernel_clock(spent):
     """The main thread's CPU seconds in the kernels added to ``spent[0]``: the modules that call
     them see a timed copy of solvers.kernels.cpu (the real module, and the compiled code that
-    takes its functions from it, stay as they are), the CPU device's copies and Problem.certify
-    (a row's certificate, as the compiled loop's clock counts it) timed in place; a call inside
-    a timed one is not counted again."""
+    takes its functions from it, stay as they are), the CPU device's copies, Problem.certify and
+    the proofs (PROOFS) timed in place; a call inside a timed one is not counted again."""
     main, depth = threading.main_thread(), [0]
 
     def timed(fn):
@@ -163,6 +167,8 @@ def kernel_clock(spent):
         setattr(proxy, name, timed(getattr(cpu, name)))
     methods = {(devices.CPUDevice, name): getattr(devices.CPUDevice, name) for name in COPIES}
     methods[glm_problems.Problem, "certify"] = glm_problems.Problem.certify
+    for name in PROOFS:
+        methods[PROOFS[name], name] = getattr(PROOFS[name], name)
     devices.cpu = glm_problems.cpu = resident.cpu = proxy
     for (owner, name), fn in methods.items():
         setattr(owner, name, timed(fn))

@@ -148,16 +148,16 @@ def _prove_stale(fresh, theta, a, s, norms, mu, path, at, u_norm, proven, gaps):
 
 def dual_step(z_old, z_new, shift_old, shift_new, centred):
     """How far u = z - shift moved, as the bound on |ds_i| needs it (see GapMemory.moved):
-    s_i = <A_i, z> - shift mu_i with shift = c m off. (Compiled, _step: NumPy's passes over the
-    samples and their norm took ~50 us a round of w8a's Lasso at memory_budget 0.05, a tenth.)"""
+    s_i = <A_i, z> - shift mu_i with shift = c m off (compiled: _step)."""
     step = np.zeros(2)
     _step(z_old, z_new, shift_old, shift_new, centred, step)
     return step
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, fastmath={"reassoc", "contract"})
 def _step(z_old, z, shift_old, shift, centred, path):
-    """dual_step added to ``path``; returns ||z|| (for s's rounding)."""
+    """dual_step added to ``path``; returns ||z|| (for s's rounding). Its sums reassociated: they
+    vectorize (w8a's 49,749 samples: 82 -> 16 us; one add at a time waits on the last)."""
     m = z.shape[0]
     total = 0.0
     for k in range(m):

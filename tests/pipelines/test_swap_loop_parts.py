@@ -35,6 +35,7 @@ def test_kernel_clock_counts_the_main_threads_kernels_only():
     assert devices.cpu is cpu and glm_problems.cpu is cpu
     assert devices.CPUDevice.upload_rows.__qualname__ == "CPUDevice.upload_rows"
     assert glm_problems.Problem.certify.__qualname__ == "Problem.certify"
+    assert swap_loop.swaps._step is swap_loop.gap_memory._step  # the proofs' compiled functions back
 
 
 def test_a_kernel_inside_a_timed_call_counts_once(monkeypatch):
