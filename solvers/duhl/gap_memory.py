@@ -11,9 +11,10 @@ a byte budget.
 *Proven* gaps need no data at all. A coordinate at a bound has gap exactly 0 while
 s_i stays in an interval (the model's ``zero_gap``, compiled as its Math's
 ``zero_interval``: |s_i| <= l1 at a_i = 0 for the Lasso and elastic net; a margin
-s_i >= 1 at a_i = 0, s_i <= 1 at a_i = C for the hinge SVM), and s_i = <A_i, u> moves with the dual vector u by at most ||A_i||
-times how far u moved since s_i was computed (Cauchy-Schwarz, as in gap safe
-screening: Fercoq, Gramfort & Salmon 2015). The memory tracks the length of the
+s_i >= 1 at a_i = 0, s_i <= 1 at a_i = C for the hinge SVM), and s_i = <A_i, u>
+moves with the dual vector u by at most ||A_i|| times how far u moved since s_i
+was computed (Cauchy-Schwarz, as in gap safe screening: Fercoq, Gramfort & Salmon
+2015). The memory tracks the length of the
 path u travelled (:meth:`moved` is told each step); a stale coordinate whose last
 s_i stays in its interval by more than that bound has gap 0 at the current state,
 exactly what a read would give. Certificates and refreshes read only the
