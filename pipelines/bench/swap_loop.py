@@ -183,9 +183,8 @@ def kernel_clock(spent):
 def python_parts(problem, repeats, share):
     """The Python loop's rounds (where the routed arm runs them): (the main thread's CPU seconds in the
     kernels, its other CPU seconds, wall seconds) per round, medians over seeds (see the module's
-    docstring). Timed inside
-    the round loop (solvers.duhl.swaps.solve_with_swaps: its first gap pass and row too, as the
-    compiled loop's clock has them), not the solve's set-up."""
+    docstring). Timed inside the round loop (solvers.duhl.swaps.solve_with_swaps: its first gap pass
+    and row too, as the compiled loop's clock has them), not the solve's set-up."""
     loop, per = duhl_solver.solve_with_swaps, []
 
     def timed_loop(*args, **kwargs):
