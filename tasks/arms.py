@@ -85,8 +85,8 @@ def warmup(model_cfg: Mapping[str, Any], X, y, arms: Mapping[str, Mapping[str, A
             make_solver(small).solve(problem)
             if solver_class(settings) is DuHL and small["memory_budget"] is not None:
                 # the Python round loop too (a numeric refresh keeps it): the miniature takes the
-                # compiled one, the real data may not, and its first round would then load the
-                # Python loop's kernels from Numba's cache (~0.15 s of the default experiment's
+                # compiled one, the real data may not (on disk), and its first round would then load
+                # the Python loop's kernels from Numba's cache (~0.15 s of the default experiment's
                 # duhl-gap arm, whose whole run is 0.15-0.4 s)
                 make_solver({**small, "refresh": 0.5}).solve(problem)
     _first_touch(X, arms)  # last: a first run's compilation (~80 s) would leave its pages cold again

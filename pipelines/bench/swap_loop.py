@@ -7,10 +7,10 @@
 
 Side by side in one run, per problem of ``pipelines.bench.peers --quick`` (``--full``: of make bench): time to
 rel_gap 1e-6 (the first certified row at or below it) with all data resident, and
-at memory_budget 0.25 with the Python loop (refresh "auto": what main runs; and
-refresh "all": the same iterates as the compiled loop) and the compiled loop
-(solvers.duhl.compiled_swaps, refresh "all" semantics), whether or not DuHL would
-route there by itself; the routed arm is what DuHL() picks ("routed auto", "routed 2", 4, 8:
+at memory_budget 0.25 with the Python loop (refresh "auto"; and refresh "all": the same
+iterates as the compiled loop's "all") and the compiled loop (solvers.duhl.compiled_swaps)
+with refresh "all", whether or not DuHL would route there by itself; the routed arm is what
+DuHL() picks (on the CPU in RAM: the compiled loop; "routed auto", "routed 2", 4, 8:
 the same with that local_epochs; "all resident data passes": without the covariance
 updates, solvers.duhl.covariance). Medians of --repeats
 seeds, the arms interleaved, after a warm-up (Numba compilation) per arm, reported

@@ -24,8 +24,8 @@ from solvers.kernels import cpu
 # (compiled_swaps, gram) are named after the code they compile in from other files, so an
 # edit there recompiles
 _SOURCES = ("duhl/compiled_parts.py", "duhl/gap_memory.py", "duhl/gap_select.py", "duhl/block_select.py",
-            "duhl/few_select.py", "duhl/inmemory.py", "duhl/gram.py", "duhl/round_pass.py", "kernels/cpu.py",
-            "glm/certificates.py")
+            "duhl/few_select.py", "duhl/inmemory.py", "duhl/gram.py", "duhl/round_pass.py", "duhl/stale_plan.py",
+            "kernels/cpu.py", "glm/certificates.py")
 _DIGEST = hashlib.sha1(b"".join((Path(__file__).parents[1] / f).read_bytes() for f in _SOURCES)).hexdigest()[:12]
 
 
@@ -242,9 +242,9 @@ def _select(policy, gaps, resident, coord_bytes, budget, stream, cursor, chosen,
 
 
 @njit(nogil=True, cache=True)
-def _row(history, iterates, counters, a, primal, dual, gap, rnd, n_resident):
-    """A certified row for the state a: (time, updates, P_form, D_form, gap, round, bytes,
-    swaps, n_resident); a copy of a when the caller keeps iterates."""
+def _row(history, iterates, counters, a, primal, dual, gap, rnd, n_resident, certified):
+    """A row for the state a: (time, updates, P_form, D_form, gap, round, bytes, swaps,
+    n_resident, certified); a copy of a when the caller keeps iterates."""
     row = int(counters[4])
     history[row, 0] = _now()
     history[row, 1] = counters[0]
@@ -255,6 +255,7 @@ def _row(history, iterates, counters, a, primal, dual, gap, rnd, n_resident):
     history[row, 6] = counters[3]
     history[row, 7] = counters[2]
     history[row, 8] = n_resident
+    history[row, 9] = certified
     if counters[5] < iterates.shape[0]:
         iterates[int(counters[5])] = a
     counters[4] += 1

@@ -1,28 +1,26 @@
 """DuHL with part of the data resident on the CPU, the round loop compiled.
 
-The Python loop (:mod:`solvers.duhl.swaps`) spends ~1 ms of interpreter time per round (selection, swap bookkeeping,
-a thread hand-off, a trace row): on a small problem most of the round (diabetes at memory_budget 0.25: 250x the
-all-resident time). Here one compiled call runs many rounds of the same algorithm, ``refresh="all"`` semantics
-(every gap exact):
+The Python loop (:mod:`solvers.duhl.swaps`) spends ~0.4-1 ms of interpreter time per round (selection, swap
+bookkeeping, a thread hand-off, a trace row): on a small problem most of the round. Here one compiled call runs many
+rounds of the same algorithm:
 
 1. the block is chosen from the gap memory by the policy's rule (gap: largest gap first, resident first on ties,
    filling the byte budget, few coordinates by their ranks: solvers.duhl.few_select; sequential; random);
 2. a swap copies the coordinates that joined the block into the block's buffer (dense rows, or a CSR buffer
    compacted in place), counted as the resident set counts them (bytes of the joined coordinates, how many joined);
 3. the stale gaps are refreshed at the round's start state, which with the block's gaps of the last round gives that
-   state's exact gap: a certified row (for the Lasso family with few coordinates, refresh "auto", from dots <A_i, z>
-   kept by the Gram matrix, re-anchored from the data every ANCHOR_EVERY rows and at a row that stops, and a row at
-   most every ROWS_EVERY rounds: see solvers.duhl.gram);
+   state's exact gap: a certified row. With refresh "auto", for the Lasso family with few coordinates, from dots
+   <A_i, z> kept by the Gram matrix (a certified row at most every ROWS_EVERY rounds: solvers.duhl.gram); else
+   only the oldest that fit the device's reads, a row of the memory's estimate, but on the certifier's schedule
+   (solvers.duhl.stale_plan);
 4. ``passes`` epochs over the block (its coordinates with a positive gap when shrinking), in the orders the Python
    loop draws (``cpu.shuffle`` from the same state: solvers.duhl.selection.stream), then the block's gaps at the new
    state.
 
-With the same selection it gives the Python loop's iterates, bytes, swaps and trace rows (with refresh="all"), bit
+With refresh="all" and the same selection it gives the Python loop's iterates, bytes, swaps and trace rows, bit
 for bit: the same kernels in the same order, and the gap sum as NumPy sums (pairwise). One difference: when a row
 certifies the round's start state, this loop returns at once, where the Python loop has run the round's epochs
-meanwhile and discards them (``epochs`` counts them).
-
-:func:`routes` says when the DuHL solver uses this loop (see its docstring).
+meanwhile and discards them (``epochs`` counts them). :func:`routes` says when the DuHL solver uses this loop.
 """
 
 import time
@@ -41,14 +39,12 @@ from solvers.duhl.gap_select import FEW
 from solvers.duhl.round_pass import SORT_FEW, _bits_pass, _round_lists, _round_pass, _stale_runs
 from solvers.duhl.inmemory import _epoch
 from solvers.duhl.selection import stream
+from solvers.duhl.stale_plan import A_ESTIMATE, A_ON, _certified, _full, _plan, auto_state
 from solvers.duhl.swaps import MAX_PASSES_PER_ROUND, _child, round_epochs
 from solvers.glm.certificates import tight_lasso
 from solvers.glm.models import shrink_cut
 from solvers.kernels import cpu
 
-# refresh="auto" in RAM runs here (as "all") when refreshing every stale gap reads at most this many bytes, plus
-# these a coordinate, a round beyond what "auto" refreshes: about the Python loop's own cost a round (routes)
-EXTRA_GAP_BYTES, EXTRA_BYTES_PER_COORD = 4 << 20, 256
 POLICIES = {"gap": 0, "sequential": 1, "random": 2}
 # proofs (solvers.duhl.gap_memory) run when their dual step's reads of u (three a round) are at most this
 # share of the stale data they may spare a round; measured at memory_budget 0.25: w8a[20000] dual SVM (u:
@@ -65,21 +61,11 @@ _NO_CLOCK = np.zeros(0)
 
 def routes(solver, problem, rset):
     """Whether DuHL runs this loop: the data in RAM on device "cpu", no staging memory (prefetch 0: nothing to
-    overlap on a CPU), a gap, sequential or random selection, and refresh "all", or "auto" when "all" costs little
-    more. "auto" refreshes as many bytes as the device touches, (local_epochs + 1) times the block's; "all"
-    refreshes every stale gap, the data outside the block. When the difference is at most EXTRA_GAP_BYTES a round,
-    plus EXTRA_BYTES_PER_COORD a coordinate, "all" costs less than the Python a round it saves: ~1 ms, plus NumPy's
-    bookkeeping over the coordinates (~150 ns each in a profile of the dense SVM 20000 x 300). From side-by-side
-    runs (README, "Where a round of DuHL spends its time"), compiled / Python to 1e-6: at 0.25 sparse Lasso 20000^2
-    (6 MB more, 20,000 coordinates) 5.9 / 9.6 ms; the dense SVM 20000 x 300 (12 MB, 20,000: over) 1196 / 436 ms.
-    A numeric refresh keeps the Python loop."""
-    if solver.device != "cpu" or problem.on_disk or rset.staging_bytes or solver.selection not in POLICIES:
-        return False
-    if solver.refresh == "all":
-        return True
-    total, block = int(problem.coord_bytes.sum()), int(rset.capacity_bytes)
-    extra = (total - block) - (round_epochs(solver.local_epochs, total, block) + 1) * block
-    return solver.refresh == "auto" and extra <= EXTRA_GAP_BYTES + EXTRA_BYTES_PER_COORD * problem.n_coords
+    overlap on a CPU), a gap, sequential or random selection, refresh "all" or "auto" (solvers.duhl.stale_plan).
+    Side by side (pipelines.bench.swap_loop --full) it took less time than the Python loop on every problem of
+    ``make bench`` at memory_budget 0.05, 0.25 and 0.5 (README, "Where a round of DuHL spends its time")."""
+    return (solver.device == "cpu" and not problem.on_disk and not rset.staging_bytes
+            and solver.selection in POLICIES and solver.refresh in ("all", "auto"))
 
 
 # where run_swap_slice's time goes (see its ``clock``): the kernels (the swap's copies, the stale
@@ -109,7 +95,8 @@ def _lap_total(clock, code, t_start, timed):
 @_loop_kernel
 def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off, mu, sqnorm, c, b, theta,
                    tight, l1, carry_dual, tol_abs, max_updates, deadline, local_epochs, max_passes, shrinking,
-                   orders, picks, gaps, s, resident, counters, history, iterates, clock, proof, proof_arrays, gram):
+                   orders, picks, gaps, s, resident, counters, history, iterates, clock, proof, proof_arrays, gram,
+                   auto):
     """Rounds until a certified tolerance, ``max_updates``, ``deadline`` (perf_counter seconds) or a full
     ``history``. Carried between calls: the block (B, row_coord, pos: each coordinate's row or -1), the gap memory
     (gaps, s), ``resident`` and ``counters`` (updates, rounds, swaps, bytes moved, rows of this slice, rows of the
@@ -118,7 +105,8 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
     receives a copy of a at the first rows of the run. ``proof`` = (proving, centred) and ``proof_arrays`` = (norms,
     |mu|, path, at, proven, z scratch): the gap memory's proofs (proving False: none; see solvers.duhl.gap_memory),
     carried between calls. ``gram`` = (G, dots, a_ref, gstate): the Gram matrix of the coordinates and its state
-    (see _round_certify; gstate[G_ON] 0: none, every stale gap read from the data), carried between calls. ``clock``
+    (see _round_certify; gstate[G_ON] 0: none, every stale gap read from the data), and ``auto`` refresh "auto"'s
+    plan and certifier (see solvers.duhl.stale_plan), carried between calls. ``clock``
     accumulates where the rounds' time goes, by PARTS (when it has that many entries; the thread's CPU time with one
     more; else nothing is timed). Returns status: 1 converged, 2 max_updates, 3 deadline or full history, 4 the
     round to build the Gram matrix (gstate[G_AT])."""
@@ -141,8 +129,7 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
     G, dots, a_ref, gstate = gram
     everyone = np.arange(n)
     fit = _fit(coord_bytes, budget)
-    zero_off = np.zeros(1)
-    shift_old = 0.0
+    zero_off, shift_old = np.zeros(1), 0.0
     m = -1  # the block's size (block[:m]); -1: not listed in this call yet
     n_stale, stale_ready = 0, False  # stale[:n_stale] listed for the round ahead (by the proofs)
     unread, read_at = 1, _now()
@@ -152,8 +139,8 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
         primal, dual, gap = _round_certify(A, G, everyone, everyone, fresh, a, z, off, mu, c, b, theta, tight, l1,
                                            carry_dual, gaps, s, counters, dots, a_ref, zero_off, gstate, out_g,
                                            out_s, tol_abs)
-        _row(history, iterates, counters, a, primal, dual, gap, 0, 0)
-        counters[8], gstate[G_START_GAP] = 1.0, gap
+        _row(history, iterates, counters, a, primal, dual, gap, 0, 0, True)
+        counters[8], gstate[G_START_GAP], auto[A_ESTIMATE] = 1.0, gap, gap
         _lap(clock, 2, t_start, timed)
         if gap <= tol_abs:
             return _lap_total(clock, 1, t_start, timed)
@@ -207,39 +194,53 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
         if not held:
             _swap_in(A, B, row_coord, pos, keep, joined, n_joined)
         t = _lap(clock, 1, t, timed)
-        if proving and counters[8] == 0.0 and not stale_ready:  # refreshed below, at the dual path's length now
-            for j in range(n_stale):
-                at[stale[j], 0], at[stale[j], 1] = path[0], path[1]
         cut = 0.0  # or a small share of the block's gap (logistic)
         if shrink_cut(theta) > 0.0:
             for j in range(m):
                 cut += gaps[block[j]]
             cut = shrink_cut(theta) * cut / max(1, k)
-        n_gap = 0  # the block's rows, and those with a gap above the cut
+        n_gap, planning = 0, auto[A_ON] == 1.0  # the block's rows, and those with a gap above the cut
+        block_bytes, gap_bytes = 0, 0  # (their bytes: a plan's budget)
         for j in range(m):
             i = block[j]
             if not held:  # else as they were
                 positions[j] = pos[i]
             visit[n_gap] = positions[j]
             n_gap += gaps[i] > cut
+            if planning:
+                block_bytes += coord_bytes[i]
+                gap_bytes += coord_bytes[i] if gaps[i] > cut else 0
         use_gap = shrinking and 0 < n_gap < k  # a working set inside the block
         n_active = n_gap if use_gap else m
+        passes = local_epochs * (1 if n_active >= k else min(max_passes, k // max(1, n_active)))
         for j in range(m if n_gap < m and not use_gap else 0):  # (else visit is positions already)
             visit[j] = positions[j]
         counters[1] += 1
         t = _lap(clock, 5, t, timed)
         on_gram = gstate[G_ON] == 1.0 and gstate[G_EPOCHS] > 0 and counters[8] == 0.0  # fresh dots: epochs from G
-        if counters[8] == 0.0:  # the stale gaps at the start state: with the block's, its certificate
-            primal, dual, gap = _round_certify(A, G, everyone, stale[:n_stale], fresh, a, z, off, mu, c, b, theta,
-                                               tight, l1, carry_dual, gaps, s, counters, dots, a_ref, zero_off,
-                                               gstate, out_g, out_s, tol_abs)
-            if gap < np.inf:  # a certified row (with G, not every round: gram.ROWS_EVERY)
-                _row(history, iterates, counters, a, primal, dual, gap, counters[1] - 1, k)
+        if counters[8] == 0.0:  # the stale gaps at the start state: with the block's, its certificate; or
+            # refresh "auto"'s plan (stale_plan: the oldest that fit the device's reads), the memory's estimate
+            budget_bytes = passes * (gap_bytes if use_gap else block_bytes) + block_bytes
+            full = _full(auto, counters[1], stale[:n_stale], coord_bytes, tol_abs)
+            todo = stale[:n_stale] if full else joined[: _plan(stale[:n_stale], coord_bytes, budget_bytes, auto,
+                                                                   joined)]  # (joined: free after the swap)
+            for j in range(todo.shape[0] if proving else 0):
+                at[todo[j], 0], at[todo[j], 1] = path[0], path[1]  # refreshed at the dual path's length now
+            t = _lap(clock, 5, t, timed)
+            carried, counters[7] = counters[7], counters[7] if full else -np.inf  # an estimate: its own dual point
+            primal, dual, gap = _round_certify(A, G, everyone, todo, fresh, a, z, off, mu, c, b, theta, tight, l1,
+                                               carry_dual, gaps, s, counters, dots, a_ref, zero_off, gstate, out_g,
+                                               out_s, tol_abs)
+            counters[7] = counters[7] if full else carried  # ... and it never feeds the best dual value
+            if gap < np.inf:  # a row (with G, not every round: gram.ROWS_EVERY)
+                _row(history, iterates, counters, a, primal, dual, gap, counters[1] - 1, k, full)
                 _gram_due(gstate, counters[1], gap, tol_abs)
+                auto[A_ESTIMATE] = gap
+            if full and planning:
+                _certified(auto, counters[1])
             t = _lap(clock, 2, t, timed)
-            if gap <= tol_abs:
+            if full and gap <= tol_abs:
                 return _lap_total(clock, 1, t_start, timed)
-        passes = local_epochs * (1 if n_active >= k else min(max_passes, k // max(1, n_active)))
         passes *= int(gstate[G_EPOCHS]) if on_gram else 1
         if proving:
             z_old[:] = z
@@ -276,8 +277,7 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
                                         ROUNDING)
                     if proven[i]:
                         gaps[i] = 0.0
-                    else:  # refreshed next round at the path's length now (the next change is after that)
-                        at[i, 0], at[i, 1] = path[0], path[1]
+                    else:
                         stale[n_stale] = i
                         n_stale += 1
             stale_ready = True
@@ -299,9 +299,8 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
 def solve_compiled_swaps(solver, problem, rset, a, z, off, rng, trace, t0, iterates, slice_s=0.2, clock=None):
     """The loop of :class:`solvers.duhl.solver.DuHL` with the resident set ``rset`` (whose
     buffers hold the block), compiled; as :func:`solvers.duhl.swaps.solve_with_swaps`.
-    ``clock``: an array of len(PARTS) seconds to add the loop's time to, by part (a
-    benchmark's; None: CLOCK, usually None: untimed). Returns (status, rounds, (updates,
-    best dual value))."""
+    ``clock``: an array of len(PARTS) seconds to add the loop's time to, by part (a benchmark's;
+    None: CLOCK, usually None: untimed). Returns (status, rounds, (updates, best dual value))."""
     n = problem.n_coords
     A = problem.A
     tol_abs = solver.tol * problem.P0
@@ -318,20 +317,20 @@ def solve_compiled_swaps(solver, problem, rset, a, z, off, rng, trace, t0, itera
         full, block, row_coord = (A,), (rset.data,), rset.row_coord
     pos = np.full(n, -1, dtype=np.int64)
     counters = np.zeros(9)  # see run_swap_slice
-    history = np.empty((HISTORY, 9))
-    # the epochs' orders and the random policy's picks, as the Python loop draws them: xorshift
-    # states, not Generators (a Generator argument costs ~7 us a call to unbox)
+    history = np.empty((HISTORY, 10))
+    # the epochs' orders and the random policy's picks, as the Python loop draws them: xorshift states, not
+    # Generators (a Generator argument costs ~7 us a call to unbox)
     orders = stream(rng)
     picks = stream(_child(rng)) if solver.selection == "random" else orders
 
-    def record(rnd, time_s, updates, P_form, D_form, gap, bytes_h2d, swaps, n_resident):
+    def record(rnd, time_s, updates, P_form, D_form, gap, bytes_h2d, swaps, n_resident, certified=1):
         """Trace rows from a slice's history columns (or one row's scalars)."""
         primal, dual = (-D_form, -P_form) if problem.dual_form else (P_form, D_form)
         count = lambda x: np.asarray(x).astype(np.int64)  # noqa: E731 - the counters are float64 there
         trace.extend(round=count(rnd), time_s=time_s, epoch=np.divide(updates, n), primal=primal, dual=dual, gap=gap,
-                     rel_gap=np.divide(gap, problem.P0) if problem.P0 > 0 else np.zeros_like(gap), certified=1,
-                     bytes_h2d=count(bytes_h2d), swaps=count(swaps), n_resident=count(n_resident), prefetch_hits=0,
-                     bytes_prefetched=0)
+                     rel_gap=np.divide(gap, problem.P0) if problem.P0 > 0 else np.zeros_like(gap),
+                     certified=count(certified), bytes_h2d=count(bytes_h2d), swaps=count(swaps),
+                     n_resident=count(n_resident), prefetch_hits=0, bytes_prefetched=0)
 
     def certify_here(rnd, updates, swaps, n_resident):
         """A row for the last round's end state from a full gap pass (as the Python loop's last)."""
@@ -354,13 +353,12 @@ def solve_compiled_swaps(solver, problem, rset, a, z, off, rng, trace, t0, itera
     loop_params = (epochs, int(MAX_PASSES_PER_ROUND), bool(solver.shrinking))
     tight, l1, carry, tol_abs = bool(tight), float(l1), bool(carry), float(tol_abs)
     clock = clock if clock is not None else (CLOCK if CLOCK is not None else _NO_CLOCK)
-    # the gap memory's proofs, with refresh "auto" (refresh "all" computes every gap: nothing to
-    # prove, and the kernels' values decide the selection, as in the Python loop), where they
-    # can pay: their dual step reads u three times a round (see PROOF_SHARE)
+    # the gap memory's proofs, with refresh "auto" ("all" computes every gap: nothing to prove, the kernels'
+    # values decide the selection, as in the Python loop), where they pay: their dual step reads u (PROOF_SHARE)
     stale_bytes = int(coord_bytes.sum()) - int(rset.capacity_bytes)
     pays = 3 * z.nbytes <= PROOF_SHARE * stale_bytes
-    # the Gram matrix (built in the solve: part of its time, after gstate[G_AT] rounds, or at once) and
-    # its state (see _round_certify); the proofs stop when it is built
+    # the Gram matrix (built in the solve, after gstate[G_AT] rounds, or at once) and its state (see
+    # _round_certify); the proofs stop when it is built
     gstate = np.zeros(gram.G_SIZE)
     gstate[G_EVERY], gstate[G_EPOCHS] = float(gram.ANCHOR_EVERY), float(gram.GRAM_EPOCHS)
     gstate[gram.G_ROWS_EVERY] = float(gram.rows_every(problem, rset.capacity_bytes))
@@ -373,6 +371,8 @@ def solve_compiled_swaps(solver, problem, rset, a, z, off, rng, trace, t0, itera
     proof, proof_arrays = (bool(proving), bool(problem.mu.any())), _proof_arrays(problem, z.shape[0], proving)
     if at_once:
         gram_state, proof = gram.gram_now(problem, a, gram_state, proof, proof_arrays)
+    # refresh "auto" plans its refreshes where no Gram matrix keeps the stale gaps (solvers.duhl.stale_plan)
+    auto = auto_state(solver.refresh == "auto" and not gram.uses_gram(solver, problem))
     status = None
     while status is None:
         deadline = time.perf_counter() + slice_s
@@ -382,10 +382,10 @@ def solve_compiled_swaps(solver, problem, rset, a, z, off, rng, trace, t0, itera
         code = run_swap_slice(full, block, row_coord, pos, coord_bytes, *scalars, a, z, off, problem.mu, problem.sqnorm,
                               problem.c, problem.b, problem.theta, tight, l1, carry, tol_abs, max_updates, deadline,
                               *loop_params, orders, picks, gaps, s, resident, counters, history, iterates, clock,
-                              proof, proof_arrays, gram_state)
+                              proof, proof_arrays, gram_state, auto)
         if counters[4]:
-            t, updates, P, D, gap, rnd, bytes_h2d, swaps, n_resident = history[: int(counters[4])].T
-            record(rnd, t - t0, updates, P, D, gap, bytes_h2d, swaps, n_resident)
+            t, updates, P, D, gap, rnd, bytes_h2d, swaps, n_resident, certified = history[: int(counters[4])].T
+            record(rnd, t - t0, updates, P, D, gap, bytes_h2d, swaps, n_resident, certified)
         if code == 1:
             status = "converged"
         elif code == 2:

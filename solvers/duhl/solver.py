@@ -18,8 +18,7 @@ holds the data of a budget of coordinates. Each round (:mod:`solvers.duhl.swaps`
 Every gap reported as certified is exact, never read from the stale memory;
 a state is returned as converged only on an exact gap. With all data resident
 on the CPU the whole loop is compiled (:mod:`solvers.duhl.inmemory`); with part of
-it, on the CPU and in RAM, too where refresh "all" applies
-(:mod:`solvers.duhl.compiled_swaps`).
+it, on the CPU and in RAM, too (:mod:`solvers.duhl.compiled_swaps`).
 """
 
 import dataclasses
@@ -85,9 +84,8 @@ class DuHL:
         in RAM, the disk's rate over the gap kernel's rate, measured on the first
         pass, with the data on disk; 0: only certifying passes); "all": every
         round refreshes every stale gap and certifies its start state. With the
-        data in RAM on the CPU, "all" (and "auto" when "all" reads little more:
-        solvers.duhl.compiled_swaps.routes) runs a compiled round loop; there, with "auto",
-        the Lasso family (Lasso, ElasticNet, Ridge) whose Gram matrix X^T X takes at most the
+        data in RAM on the CPU, "all" and "auto" run a compiled round loop
+        (solvers.duhl.compiled_swaps.routes); there, with "auto", the Lasso family (Lasso, ElasticNet, Ridge) whose Gram matrix X^T X takes at most the
         data's bytes refreshes the stale gaps from it instead of the data, once the stale
         reads have cost about as much as building it (solvers.duhl.gram.GRAM; the data is
         still read every 16 rows and for the row that stops the solve).

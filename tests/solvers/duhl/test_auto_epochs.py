@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 import glm_oracles as go
-import solvers.duhl.compiled_swaps as compiled
 from solvers.duhl.solver import DuHL
 from solvers.duhl.swaps import AUTO_EPOCHS_CAP, round_epochs
 from solvers.glm.problems import make_problem
@@ -46,16 +45,3 @@ def test_a_bad_local_epochs_names_the_value(value):
     with pytest.raises(ValueError, match=r"The 'local_epochs' parameter of DuHL must be 'auto' or an int >= 1\. "
                                          rf"Got {value!r} instead\."):
         DuHL(local_epochs=value)
-
-
-def test_auto_routes_where_its_refresh_covers_the_stale_gaps(case_factory, monkeypatch):
-    """refresh "auto" reads (epochs + 1) blocks' bytes: at memory_budget 0.25 "auto" (3
-    epochs) covers the three quarters outside the block, so the compiled loop runs even
-    with no slack, where one epoch does not."""
-    case = case_factory("lasso", True, np.float64)
-    problem = make_problem(go.PROBLEM_NAME[case.model], case.X, case.y, **case.params)
-    rset = type("R", (), {"staging_bytes": 0, "capacity_bytes": int(0.25 * problem.coord_bytes.sum())})()
-    monkeypatch.setattr(compiled, "EXTRA_GAP_BYTES", 0)
-    monkeypatch.setattr(compiled, "EXTRA_BYTES_PER_COORD", 0)
-    assert compiled.routes(DuHL(memory_budget=0.25, local_epochs="auto"), problem, rset)
-    assert not compiled.routes(DuHL(memory_budget=0.25, local_epochs=1), problem, rset)

@@ -34,7 +34,7 @@ def _solve(problem, monkeypatch, gram=None, **kw):
 
     def grab(*args):
         code = real(*args)
-        states.append(args[-1][3].copy())  # gram = (G, dots, a_ref, gstate)
+        states.append(args[-2][3].copy())  # gram = (G, dots, a_ref, gstate)
         return code
 
     monkeypatch.setattr(compiled, "run_swap_slice", grab)

@@ -260,8 +260,8 @@ def test_history_columns_and_monotone_counters(case_factory, estimator_factory, 
 
 
 def test_stops_at_max_epochs_and_max_time(case_factory, monkeypatch):
-    # the Python round loop (with refresh "all" semantics the compiled one can certify a gap
-    # of exactly 0 on this hinge before max_time: test_compiled_swaps checks its stops)
+    # the Python round loop (the compiled one may certify a gap of exactly 0 on this hinge
+    # before max_time: test_compiled_swaps checks its stops)
     monkeypatch.setattr(duhl_module, "routes", lambda *args: False)
     case = case_factory("hinge", False, np.float64)
     res = _solve(case, memory_budget=0.3, selection="random", tol=0.0, max_epochs=5,
