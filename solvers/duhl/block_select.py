@@ -2,7 +2,7 @@
 it (np.lexsort's prefix that fits the budget), by the cheapest way that answers (a few coordinates': by their
 ranks, in solvers.duhl.few_select, called by the loop first): a small block (the last one at most TOP / 2) among
 the TOP best of the order, from a floor (_top_block); the resident block again (gap_select._holds); where the
-last block ended (gap_select._edge_mask); else by the bits."""
+last block ended, at a gap of 0 (gap_select._edge_mask); else by the bits."""
 
 import hashlib
 from pathlib import Path
@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 from numba import njit
 
-from solvers.duhl.gap_select import _edge_mask, _holds, _key, _list, _radix_block, _resident_keys, _take
+from solvers.duhl.gap_select import ZERO_KEY, _edge_mask, _holds, _key, _list, _radix_block, _resident_keys, _take
 
 # Numba's cache keys a function on its own file (numba#1833): the functions here call gap_select's
 _DIGEST = hashlib.sha1((Path(__file__).parent / "gap_select.py").read_bytes()).hexdigest()[:12]
@@ -42,7 +42,7 @@ def _next_block(gaps, resident, coord_bytes, budget, keep, m, chosen, keys, cand
             return m, True, False
         keep[:] = resident
         return _list(resident, chosen), False, False
-    if low_in != ~np.uint64(0):
+    if low_in == ZERO_KEY:  # (see ZERO_KEY)
         k = _edge_mask(gaps, resident, coord_bytes, budget, low_in, keep)
         if k >= 0:
             return k, False, False
