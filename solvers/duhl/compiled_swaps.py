@@ -199,8 +199,7 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
             for j in range(m):
                 cut += gaps[block[j]]
             cut = shrink_cut(theta) * cut / max(1, k)
-        n_gap, planning = 0, auto[A_ON] == 1.0  # the block's rows, and those with a gap above the cut
-        block_bytes, gap_bytes = 0, 0  # (their bytes: a plan's budget)
+        n_gap, planning, block_bytes, gap_bytes = 0, auto[A_ON] == 1.0, 0, 0  # gaps above the cut; a plan's bytes
         for j in range(m):
             i = block[j]
             if not held:  # else as they were
@@ -216,17 +215,18 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
         for j in range(m if n_gap < m and not use_gap else 0):  # (else visit is positions already)
             visit[j] = positions[j]
         counters[1] += 1
+        # the stale gaps refreshed at the start state: all of them (with the block's, its certificate), or
+        # refresh "auto"'s plan (stale_plan: the oldest that fit the device's reads; the row: the memory's estimate)
+        full, todo = True, stale[:n_stale]
+        if counters[8] == 0.0 and planning:
+            budget_bytes = passes * (gap_bytes if use_gap else block_bytes) + block_bytes
+            full = _full(auto, counters[1], todo, coord_bytes, tol_abs)
+            todo = todo if full else joined[: _plan(todo, coord_bytes, budget_bytes, auto, joined)]  # (free now)
+        for j in range(todo.shape[0] if proving and counters[8] == 0.0 else 0):  # refreshed at u's path now
+            at[todo[j], 0], at[todo[j], 1] = path[0], path[1]
         t = _lap(clock, 5, t, timed)
         on_gram = gstate[G_ON] == 1.0 and gstate[G_EPOCHS] > 0 and counters[8] == 0.0  # fresh dots: epochs from G
-        if counters[8] == 0.0:  # the stale gaps at the start state: with the block's, its certificate; or
-            # refresh "auto"'s plan (stale_plan: the oldest that fit the device's reads), the memory's estimate
-            budget_bytes = passes * (gap_bytes if use_gap else block_bytes) + block_bytes
-            full = _full(auto, counters[1], stale[:n_stale], coord_bytes, tol_abs)
-            todo = stale[:n_stale] if full else joined[: _plan(stale[:n_stale], coord_bytes, budget_bytes, auto,
-                                                                   joined)]  # (joined: free after the swap)
-            for j in range(todo.shape[0] if proving else 0):
-                at[todo[j], 0], at[todo[j], 1] = path[0], path[1]  # refreshed at the dual path's length now
-            t = _lap(clock, 5, t, timed)
+        if counters[8] == 0.0:
             carried, counters[7] = counters[7], counters[7] if full else -np.inf  # an estimate: its own dual point
             primal, dual, gap = _round_certify(A, G, everyone, todo, fresh, a, z, off, mu, c, b, theta, tight, l1,
                                                carry_dual, gaps, s, counters, dots, a_ref, zero_off, gstate, out_g,
