@@ -129,7 +129,15 @@ def problems(quick):
 
 
 # ------------------------------------------------------------- solving ---
+def certified(trace):
+    """The rows whose gap is certified: a DuHL trace's estimates (``certified`` 0: stale gaps in the
+    sum, refresh "auto") are no time to a target; a peer's trace (no such column) is all certified."""
+    return trace[trace["certified"] > 0] if "certified" in trace.columns else trace
+
+
 def time_to(trace, target):
+    """The time of the first certified row at or below ``target`` (NaN: none)."""
+    trace = certified(trace)
     hits = trace[trace["rel_gap"] <= target]
     return float(hits["time_s"].iloc[0]) if len(hits) else math.nan
 
@@ -245,7 +253,8 @@ def plot(label, curves, path):
 
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for arm, trace in curves.items():
-        t = trace[trace["rel_gap"] > 0]
+        t = certified(trace)
+        t = t[t["rel_gap"] > 0]
         ax.plot(t["time_s"].clip(lower=1e-5), t["rel_gap"], marker="." if arm not in OURS else None,
                 label=arm, lw=2 if arm in OURS else 1)
     for target in TARGETS:
