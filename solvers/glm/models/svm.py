@@ -36,8 +36,10 @@ def _conj(theta, x):
 def _gap(theta, a, s):
     if theta.squared:
         return a * s + _g(theta, a) + _conj(theta, -s)
-    # the generic formula's value, written as the paper does (no cancellation)
-    return theta.C * max(0.0, 1.0 - s) - a * (1.0 - s)
+    # the generic formula's value, C max(0, 1 - s) - a (1 - s), as a sum of products of nonnegatives
+    # (0 <= a <= C): never below 0 (that form, compiled with a fused multiply-add, gave -1e-19 at a = C on
+    # the dense SVM of make bench, which sent the compiled loop's selection past its gap-0 edge to the bits)
+    return (theta.C - a) * max(0.0, 1.0 - s) + a * max(0.0, s - 1.0)
 
 
 @register_jitable
