@@ -20,7 +20,7 @@ post-processing).
 
 ``--parts`` adds where the routed arm's rounds spend their time when it runs the compiled
 loop: wall time by part (solvers.duhl.compiled_swaps.PARTS: the kernels, and outside them
-the selection and the loop's own bookkeeping), per round, medians over the seeds, in
+the selection, the block's lists, the round's set-up and other bookkeeping), per round, medians over the seeds, in
 separate runs after the timed ones; the clock is the CPU's time-stamp counter (~10 ns a
 reading), whose cost per lap is measured apart and taken out. Where DuHL routes to the
 Python loop, its rounds are split by the thread's CPU time instead: the main thread's time
@@ -102,9 +102,9 @@ def _lap_cost(laps):
     return (t - t0) / laps
 
 
-# clock readings a round takes per part (compiled_swaps.run_swap_slice): "other" two laps and the
-# reading that starts the round, the rest a lap each
-LAPS = np.array([1, 1, 1, 1, 1, 3])
+# clock readings a round takes per part (compiled_swaps.run_swap_slice): "other" the reading that starts the
+# round, the rest a lap each
+LAPS = np.array([1, 1, 1, 1, 1, 1, 1, 1])
 
 
 def round_parts(problem, repeats, share):
@@ -268,7 +268,7 @@ def main():
         names = compiled_swaps.PARTS[:-1]
         print("\nThe routed arm's compiled rounds: wall ns per round by part (medians; the clock's own cost, "
               f"{parts[0][1][1] * 1e9:.1f} ns a lap, taken out; other: the rest of the compiled calls), the share "
-              "outside the kernels (selection and other)")
+              "outside the kernels (selection, other, block lists, round set-up)")
         print("| problem | " + " | ".join(names) + " | round | outside the kernels |")
         print("|---" * (len(names) + 3) + "|")
         for label, (per_round, _), _ in parts:
@@ -276,7 +276,7 @@ def main():
                 print(f"| {label} | the Python loop ran (below) |")
                 continue
             cells = " | ".join(f"{x * 1e9:.0f}" for x in per_round)
-            outside = (per_round[0] + per_round[5]) / per_round[-1]
+            outside = (per_round[0] + per_round[5:-1].sum()) / per_round[-1]
             print(f"| {label} | {cells} | {outside:.1%} |")
         python = [(label, p) for label, _, p in parts if p is not None]
         if python:

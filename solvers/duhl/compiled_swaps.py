@@ -68,10 +68,11 @@ def routes(solver, problem, rset):
             and solver.selection in POLICIES and solver.refresh in ("all", "auto"))
 
 
-# where run_swap_slice's time goes (see its ``clock``): the kernels (the swap's copies, the stale
-# gaps with the certificate, the epochs, the block's gaps) and the rest (the selection; "other":
-# the loop's own bookkeeping); "slice" is the whole time in the compiled calls
-PARTS = ("selection", "swap", "stale gaps and certificate", "epochs", "block gaps", "other", "slice")
+# where run_swap_slice's time goes (its ``clock``): the kernels (the swap's copies, the stale gaps with the
+# certificate, the epochs, the block's gaps); outside them the selection, "other" (bookkeeping), "block lists"
+# (round_pass's) and "round set-up" (rows, working set, passes, the plan); "slice": the compiled calls' time
+PARTS = ("selection", "swap", "stale gaps and certificate", "epochs", "block gaps", "other", "block lists",
+         "round set-up", "slice")
 
 
 @_loop_kernel(inline="always")
@@ -129,8 +130,7 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
     G, dots, a_ref, gstate = gram
     everyone = np.arange(n)
     fit = _fit(coord_bytes, budget)
-    zero_off, shift_old = np.zeros(1), 0.0
-    m = -1  # the block's size (block[:m]); -1: not listed in this call yet
+    zero_off, shift_old, m = np.zeros(1), 0.0, -1  # m: the block's size (block[:m]); -1: not listed yet
     n_stale, stale_ready = 0, False  # stale[:n_stale] listed for the round ahead (by the proofs)
     unread, read_at = 1, _now()
     t_start = _clock(timed) if timed else 0.0
@@ -190,7 +190,7 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
             n_stale = _stale_runs(block, m, resident, proven, proving, stale)
         counters[2] += n_joined
         counters[3] += moved
-        t = _lap(clock, 5, t, timed)
+        t = _lap(clock, 6, t, timed)
         if not held:
             _swap_in(A, B, row_coord, pos, keep, joined, n_joined)
         t = _lap(clock, 1, t, timed)
@@ -224,7 +224,7 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
             todo = todo if full else joined[: _plan(todo, coord_bytes, budget_bytes, auto, joined)]  # (free now)
         for j in range(todo.shape[0] if proving and counters[8] == 0.0 else 0):  # refreshed at u's path now
             at[todo[j], 0], at[todo[j], 1] = path[0], path[1]
-        t = _lap(clock, 5, t, timed)
+        t = _lap(clock, 7, t, timed)
         on_gram = gstate[G_ON] == 1.0 and gstate[G_EPOCHS] > 0 and counters[8] == 0.0  # fresh dots: epochs from G
         if counters[8] == 0.0:
             carried, counters[7] = counters[7], counters[7] if full else -np.inf  # an estimate: its own dual point
