@@ -7,7 +7,7 @@ import pytest
 
 from solvers.duhl.few_select import _few_block, _fit, _fit_floor
 from solvers.duhl.block_select import TOP, _floor_bits, _next_block, _top_block
-from solvers.duhl.gap_select import _edge_block, _gap_block, _resident_keys, _same_block
+from solvers.duhl.gap_select import _edge_block, _gap_block, _resident_keys, _same_block, _tie_cut
 
 
 def _prefix(gaps, resident, coord_bytes, budget):
@@ -229,3 +229,30 @@ def test_the_floor_is_a_gap_the_whole_block_has_and_its_bytes_pass_the_budget(n)
         assert coord_bytes[gaps >= f].sum() > budget, trial
         assert (gaps[_prefix(gaps, resident, coord_bytes, budget)] >= f).all(), trial
     assert found >= 40
+
+
+@pytest.mark.parametrize("n", [1, 300, 5000])
+def test_the_tie_cut_is_the_first_tie_past_the_room_from_either_end(n):
+    """_tie_cut: the first coordinate with the given gap (resident ones, or the others) whose bytes, with
+    those of its kind before it, pass the room; n when none does. Against the cumulative sum, for rooms
+    over the whole range (it scans from the start below half the ties' bytes, from the end above), with
+    zero-byte coordinates and the room at a tie's exact end."""
+    scanned = set()
+    for trial in range(40):
+        rng, gaps, coord_bytes, budget, resident = _random_case(n, trial, zeros=0.7, nans=0.05)
+        resident = rng.random(n) < 0.5
+        edge_key = np.uint64(_resident_keys(np.zeros(1), np.ones(1, bool), coord_bytes[:1])[0])
+        for on_resident in (True, False):
+            ties = (gaps == 0.0) & (resident == on_resident)
+            total = int(coord_bytes[ties].sum())
+            cum = np.cumsum(np.where(ties, coord_bytes, 0))
+            rooms = [0, total - 1, total, int(cum[ties][len(cum[ties]) // 2]) if ties.any() else 0,
+                     int(rng.integers(0, total + 1))]
+            for room in rooms:
+                room = max(room, 0)
+                past = np.flatnonzero(ties & (cum > room))
+                expected = past[0] if past.size else n
+                got = _tie_cut(gaps, resident, coord_bytes, edge_key, on_resident, room, total)
+                assert got == expected, (trial, on_resident, room, total)
+                scanned.add(2 * room >= total and room < total)
+    assert scanned == {True, False}  # from the end, and from the start

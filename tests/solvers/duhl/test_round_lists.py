@@ -61,6 +61,33 @@ def test_round_lists_are_numpys(n, order, proving):
             assert n_stale == (want_stale.size if list_stale else 0) and (stale == want_stale[:n_stale]).all(), (m, k)
 
 
+@pytest.mark.parametrize("n", [SORT_FEW + 1, 301, 5000])
+def test_a_mask_block_that_barely_moved_lists_as_numpy(n):
+    """A block given as a mask (_edge_mask's) that differs from the last in a few coordinates (round_pass's
+    _mask_lists: the changes found 8 coordinates at a time, the rest of the list copied as runs): those at
+    the first and last coordinates, in the tail past the last 8, none, or only joins or only leaves."""
+    rng = np.random.default_rng(n)
+    for trial in range(30):
+        old = np.sort(rng.choice(n, n // 3, replace=False))
+        resident = np.zeros(n, dtype=bool)
+        resident[old] = True
+        keep = resident.copy()
+        flips = rng.choice(n, trial % 7, replace=False)
+        flips = np.concatenate([flips, np.array([0, n - 1][: trial % 3], dtype=np.int64)])
+        if trial % 5 == 1:  # joins only
+            flips = flips[~resident[flips]]
+        elif trial % 5 == 2:  # leaves only
+            flips = flips[resident[flips]]
+        keep[flips] = ~keep[flips]
+        coord_bytes = rng.integers(1, 1000, n)
+        want_joined = np.flatnonzero(keep & ~resident)
+        (m_new, n_joined, moved, n_stale), block, joined, _, after = _run(
+            old, np.flatnonzero(keep), resident, keep, False, np.zeros(n, bool), False, coord_bytes, False)
+        assert m_new == keep.sum() and (block == np.flatnonzero(keep)).all(), trial
+        assert n_joined == want_joined.size and (joined == want_joined).all(), trial
+        assert moved == coord_bytes[want_joined].sum() and (after == keep).all() and n_stale == 0, trial
+
+
 def _bits(mask):
     return np.uint64(sum(1 << int(i) for i in np.flatnonzero(mask)))
 
