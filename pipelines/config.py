@@ -51,7 +51,7 @@ class SolverConfig:
 
     name: str = "duhl"
     selection: str = "gap"
-    local_epochs: Any = 1  # an int >= 1 or "auto" (its rule; DuHL: see conf/solver/duhl.yaml)
+    local_epochs: Any = "auto"  # an int >= 1 or "auto" (its rule; DuHL: see conf/solver/duhl.yaml)
     max_epochs: float = 100000
     random_state: Optional[int] = 0
 

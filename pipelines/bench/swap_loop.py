@@ -10,7 +10,7 @@ rel_gap 1e-6 (the first certified row at or below it) with all data resident, an
 at memory_budget 0.25 with the Python loop (refresh "auto"; and refresh "all": the same
 iterates as the compiled loop's "all") and the compiled loop (solvers.duhl.compiled_swaps)
 with refresh "all", whether or not DuHL would route there by itself; the routed arm is what
-DuHL() picks (on the CPU in RAM: the compiled loop; "routed auto", "routed 2", 4, 8:
+DuHL() picks (on the CPU in RAM: the compiled loop; "routed 1", "routed 2", 3, 4, 8:
 the same with that local_epochs; "all resident data passes": without the covariance
 updates, solvers.duhl.covariance). Medians of --repeats
 seeds, the arms interleaved, after a warm-up (Numba compilation) per arm, reported
@@ -62,18 +62,18 @@ from solvers.duhl.solver import DuHL
 
 TARGET = 1e-6
 ARMS = {  # name: (memory_budget (None, or --budget), refresh, which loop: None lets DuHL route, local_epochs)
-    "all resident": (None, "auto", None, 1),
-    "python auto": (0.25, "auto", False, 1),
-    "python all": (0.25, "all", False, 1),
-    "compiled": (0.25, "all", True, 1),
-    "routed": (0.25, "auto", None, 1),
-    "routed auto": (0.25, "auto", None, "auto"),  # local_epochs "auto"
+    "all resident": (None, "auto", None, "auto"),
+    "python auto": (0.25, "auto", False, "auto"),
+    "python all": (0.25, "all", False, "auto"),
+    "compiled": (0.25, "all", True, "auto"),
+    "routed": (0.25, "auto", None, "auto"),  # DuHL's defaults (local_epochs "auto": swaps.AUTO_EPOCHS)
+    "routed 1": (0.25, "auto", None, 1),
     "routed 2": (0.25, "auto", None, 2),
     "routed 3": (0.25, "auto", None, 3),
     "routed 4": (0.25, "auto", None, 4),
     "routed 8": (0.25, "auto", None, 8),
-    "routed data epochs": (0.25, "auto", None, 1),  # the block's epochs read it (gram.GRAM_EPOCHS off)
-    "all resident data passes": (None, "auto", None, 1),  # no covariance updates (inmemory.COVARIANCE off)
+    "routed data epochs": (0.25, "auto", None, "auto"),  # the block's epochs read it (gram.GRAM_EPOCHS off)
+    "all resident data passes": (None, "auto", None, "auto"),  # no covariance updates (inmemory.COVARIANCE off)
 }
 
 

@@ -349,7 +349,7 @@ def solve_compiled_swaps(solver, problem, rset, a, z, off, rng, trace, t0, itera
     # one machine-code version for every user's value types (an int max_epochs or a float)
     scalars = (int(rset.capacity_bytes), int(POLICIES[solver.selection]))
     max_updates = float(solver.max_epochs * n)
-    epochs = round_epochs(solver.local_epochs, coord_bytes.sum(), rset.capacity_bytes)
+    epochs = round_epochs(solver.local_epochs)
     loop_params = (epochs, int(MAX_PASSES_PER_ROUND), bool(solver.shrinking))
     tight, l1, carry, tol_abs = bool(tight), float(l1), bool(carry), float(tol_abs)
     clock = clock if clock is not None else (CLOCK if CLOCK is not None else _NO_CLOCK)

@@ -51,9 +51,8 @@ class DuHL:
     selection : {"gap", "random", "sequential", "importance"}
         Which coordinates live on the device; "gap" is DuHL.
     local_epochs : int or "auto"
-        Device epochs over its block per round. "auto": with part of the data resident, the
-        bytes outside the block (the stale gaps a round refreshes) over the block's, rounded,
-        1 to 4 (solvers.duhl.swaps.round_epochs); 1 with all data resident.
+        Device epochs over its block per round. "auto" (default): 2 with part of the data
+        resident (measured: solvers.duhl.swaps.AUTO_EPOCHS), 1 with all data resident.
     tol : float
         Stop once rel_gap = gap / P(0) <= tol.
     max_epochs : float
@@ -132,7 +131,7 @@ class DuHL:
 
     owner = "DuHL"  # the class errors name (an estimator built on DuHL sets its own)
 
-    def __init__(self, memory_budget=None, selection="gap", local_epochs=1, tol=1e-6,
+    def __init__(self, memory_budget=None, selection="gap", local_epochs="auto", tol=1e-6,
                  max_epochs=1000, max_time=None, device="cpu", random_state=None, callback=None,
                  gap_every="auto", shrinking=True, prefetch="auto", gap_kernel="tpa",
                  concurrency="auto", keep_iterates=0, refresh="auto", host_budget=None, anderson="auto"):
@@ -330,7 +329,7 @@ class DuHL:
                              prefetch_hits=0, bytes_prefetched=0)
             done.update(rounds=int(counters[1]), updates=float(counters[0]))
 
-        epochs = 1 if self.local_epochs == "auto" else self.local_epochs  # "auto" balances swaps: none here
+        epochs = 1 if self.local_epochs == "auto" else self.local_epochs  # "auto": one epoch a round here
         status, dual_best = solve_in_memory(
             problem, a, z, off, local_epochs=epochs, max_epochs=self.max_epochs,
             max_time=self.max_time, shrinking=self.shrinking, tol_abs=self.tol * P0,

@@ -58,22 +58,19 @@ class _Done:
         return self.value
 
 
-# local_epochs "auto" with part of the data resident: epochs on the block per round worth
-# the bytes of the stale gaps the host refreshes (the data outside the block), at most this
-# many. Opt-in, not the default: measured (pipelines.bench.swap_loop --arms "routed,routed
-# auto,routed 8", CPU time) it helps the Lasso, SVM and diabetes at memory_budget 0.25 and 0.1,
-# but w8a logistic at 0.1 takes 1.2x, 2.4x, 4.4x, 21x the time of 1 epoch with 2, 3, 4, 8.
-AUTO_EPOCHS_CAP = 4
+# local_epochs "auto" (the default) with part of the data resident: this many epochs on the block
+# per round. Side by side (pipelines.bench.swap_loop --full --arms "all resident,routed 1,routed 2",
+# 2026-11-24 22:20-22:33 UTC, time to 1e-6 at memory_budget 0.05, 0.25 and 0.5, medians of 3), 2
+# against 1: geometric mean 0.89 over the 29 cells, the hinge SVMs 0.66-0.78, w8a Lasso 0.64-1.0,
+# breast cancer 0.84-0.90, worst w8a logistic at 0.05 (1.08) and dense 5000 x 20000 at 0.25 (1.13).
+# The rule it replaces (the bytes outside the block over the block's, 1 to 4) took w8a logistic at
+# 0.05 to 1.7x the time of 1 epoch.
+AUTO_EPOCHS = 2
 
 
-def round_epochs(local_epochs, total_bytes, block_bytes):
-    """``local_epochs`` as a number of epochs on the block per round; "auto": the data outside
-    the block over the block's bytes, rounded, in [1, AUTO_EPOCHS_CAP] (a round refreshes every
-    stale gap: the block's passes then cost what the refresh costs)."""
-    if local_epochs != "auto":
-        return int(local_epochs)
-    ratio = (int(total_bytes) - int(block_bytes)) / max(1, int(block_bytes))
-    return int(min(AUTO_EPOCHS_CAP, max(1, int(ratio + 0.5))))
+def round_epochs(local_epochs):
+    """``local_epochs`` as a number of epochs on the block per round ("auto": AUTO_EPOCHS)."""
+    return AUTO_EPOCHS if local_epochs == "auto" else int(local_epochs)
 
 
 def passes_per_round(local_epochs, n_resident, n_visit):
@@ -176,7 +173,7 @@ def solve_with_swaps(solver, problem, rset, a, z, off, rng, trace, t0, iterates)
     state = (a, z, off)
     policy = Policy(solver.selection, coord_bytes, rset.capacity_bytes, problem.sqnorm, _child(rng))
     orders = stream(rng)  # the epochs' orders (the compiled loop's too)
-    epochs = round_epochs(solver.local_epochs, coord_bytes.sum(), rset.capacity_bytes)
+    epochs = round_epochs(solver.local_epochs)
     dual_best = -np.inf
     on_disk = problem.on_disk
     ram_rows = problem.A.data.shape[0] if isinstance(problem.A, RamTier) else 0

@@ -1,28 +1,41 @@
-"""local_epochs="auto" (solvers.duhl.swaps.round_epochs): with part of the data resident a
-round runs as many epochs on the block as the stale data outside it has bytes, capped; both
-round loops run it alike, it reaches the optimum, and a bad value gets a one-line error."""
+"""local_epochs="auto", DuHL's default (solvers.duhl.swaps.round_epochs): with part of the data
+resident a round runs AUTO_EPOCHS epochs on the block, with all data resident one; both round
+loops run it alike, it reaches the optimum, and a bad value gets a one-line error."""
 
 import numpy as np
 import pytest
 
 import glm_oracles as go
 from solvers.duhl.solver import DuHL
-from solvers.duhl.swaps import AUTO_EPOCHS_CAP, round_epochs
+from solvers.duhl.swaps import AUTO_EPOCHS, round_epochs
 from solvers.glm.problems import make_problem
 from test_compiled_swaps import _solve  # DuHL in the loop a test names
 
 
-@pytest.mark.parametrize("budget", [1.0, 0.5, 0.3, 0.25, 0.2, 0.1, 0.05])
-def test_auto_is_the_stale_over_block_ratio_capped(budget):
-    total = 10_000
-    block = int(budget * total)
-    exact = (total - block) / block  # the refreshed bytes over the block's
-    assert round_epochs("auto", total, block) == min(AUTO_EPOCHS_CAP, max(1, int(np.floor(exact + 0.5))))
-    assert round_epochs(3, total, block) == 3  # a number is kept as given
+def test_auto_is_two_epochs_and_a_number_is_kept():
+    assert AUTO_EPOCHS == 2 and round_epochs("auto") == 2
+    assert round_epochs(3) == 3 and round_epochs(1) == 1
+    assert DuHL().local_epochs == "auto"
+
+
+@pytest.mark.parametrize("budget, epochs", [(0.25, 2), (None, 1)])
+def test_the_default_runs_two_epochs_a_round_with_part_resident_and_one_with_all(case_factory, budget, epochs):
+    """The default's trace is that of the number it stands for, and not that of the other."""
+    case = case_factory("hinge", True, np.float64)
+    problem = make_problem(go.PROBLEM_NAME[case.model], case.X, case.y, **case.params)
+    cols = ["round", "epoch", "primal", "dual", "gap"]
+
+    def trace(**kw):
+        res = DuHL(memory_budget=budget, tol=1e-10, max_epochs=2000, random_state=3, **kw).solve(problem)
+        return res.trace[cols].reset_index(drop=True)
+
+    default = trace()
+    assert default.equals(trace(local_epochs=epochs))
+    assert not default.equals(trace(local_epochs=3 - epochs))
 
 
 def test_budgeted_auto_reaches_the_optimum_in_both_loops_alike(case_factory, monkeypatch):
-    """At memory_budget 0.25 "auto" is 3 epochs a round: the compiled and Python loops
+    """At memory_budget 0.25 "auto" is 2 epochs a round: the compiled and Python loops
     (refresh "all") give the same trace, and the solution is scikit-learn's optimum."""
     case = case_factory("lasso", True, np.float64)
     problem = make_problem(go.PROBLEM_NAME[case.model], case.X, case.y, **case.params)

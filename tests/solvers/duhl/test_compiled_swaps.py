@@ -148,7 +148,8 @@ def test_every_certified_gap_is_valid(case_factory, model, sparse, selection, re
     certified; "auto"'s others are the gap memory's estimate."""
     case = case_factory(model, sparse, np.float64)
     res = _solve(_problem(case), True, monkeypatch, memory_budget=0.3, selection=selection, tol=1e-9,
-                 max_epochs=300, random_state=1, keep_iterates=5000, refresh=refresh)
+                 max_epochs=300, random_state=1, keep_iterates=5000, refresh=refresh,
+                 local_epochs=1)  # one epoch a round: rows enough to check on every case
     assert len(res.iterates) == len(res.trace) >= 5 and res.trace.certified.iloc[-1] == 1
     assert refresh == "auto" or (res.trace.certified == 1).all()
     best_dual = -np.inf
