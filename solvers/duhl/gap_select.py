@@ -266,13 +266,27 @@ def _radix_block(gaps, resident, coord_bytes, budget, chosen, keys, cand):
     # two first-level histograms, odd and even coordinates: no chain of adds to one bucket (many equal gaps)
     hist = np.zeros(2 << MAX_BITS, dtype=np.int64) if big else np.empty(1 << MAX_BITS if n > FEW else 1, np.int64)
     top_shift = np.uint64(64 - MAX_BITS)
-    for i in range(n):
-        u = _key(bits[i], gaps[i])
-        keys[i] = u
-        cand[i] = i
-        low, high = min(low, u), max(high, u)
-        if big:
+    if big:
+        for i in range(n):
+            u = _key(bits[i], gaps[i])
+            keys[i] = u
+            cand[i] = i
+            low, high = min(low, u), max(high, u)
             hist[(i & 1) * (1 << MAX_BITS) + np.int64(u >> top_shift)] += coord_bytes[i]
+    else:  # a loop of its own: it vectorizes (one that branched on big did not: breast cancer ~1 us more)
+        low_positive, positive_bytes = ~np.uint64(0), 0
+        for i in range(n):
+            u = _key(bits[i], gaps[i])
+            keys[i] = u
+            cand[i] = i
+            low, high = min(low, u), max(high, u)
+            low_positive = min(low_positive, u if u > ZERO_KEY else ~np.uint64(0))
+            positive_bytes += coord_bytes[i] * np.int64(u > ZERO_KEY)
+        if low_positive < high and positive_bytes > budget:  # the block ends among the gaps above 0: the
+            low = low_positive - np.uint64(1)  # others, never in it, at one key just below them, so that
+            for i in range(n):  # the levels' bits span the positive gaps' alone (a 0 or a rounding's -1e-16
+                keys[i] = max(keys[i], low)  # beside 1e-18..1e-2 spans the sign and the exponent's top
+                # bits, which split nothing: breast cancer's first level kept ~370 of 569, then a second)
     k, m, remaining = 0, n, budget
     if big and low != high:
         hist[: 1 << MAX_BITS] += hist[1 << MAX_BITS:]

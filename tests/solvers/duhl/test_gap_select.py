@@ -58,6 +58,32 @@ def test_the_block_is_kept_exactly_when_the_lexsort_prefix_keeps_it(n):
     assert kept >= 8  # the shortcut was taken
 
 
+@pytest.mark.parametrize("n", [40, 569, 5000, 20000])
+def test_the_block_by_the_bits_is_the_lexsort_prefix_over_decades_zeros_and_rounding_negatives(n):
+    """Gaps over 16 decades (a logistic's), some 0, some a rounding's -1e-16 or -0.0, a few NaN,
+    some repeated: the radix levels (whose first spans only the positive gaps' keys below
+    16,384 coordinates, the others in its lowest bucket) choose np.lexsort's prefix, wherever the
+    budget ends: among the large gaps, the smallest positive ones, the zeros or the negatives."""
+    for trial in range(40):
+        rng = np.random.default_rng(1000 + trial)
+        gaps = 10.0 ** rng.uniform(-18, -2, n)
+        kind = rng.random(n)
+        gaps[kind < 0.05] = 0.0
+        gaps[(kind >= 0.05) & (kind < 0.1)] = -rng.uniform(0, 3e-16, n)[(kind >= 0.05) & (kind < 0.1)]
+        gaps[(kind >= 0.1) & (kind < 0.12)] = -0.0
+        if trial % 4 == 3:
+            gaps[rng.random(n) < 0.01] = np.nan
+        if trial % 5 == 2:  # repeated values: ties across the residents
+            gaps = rng.choice(gaps, n)
+        coord_bytes = rng.integers(1, 100, n) if trial % 2 else np.full(n, 37)
+        share = [0.02, 0.3, 0.88, 0.93, 0.97, 1.02][trial % 6]  # past the positives: the zeros, the negatives
+        budget = int(coord_bytes.sum() * share)
+        resident = rng.random(n) < 0.3
+        chosen = np.empty(n, dtype=np.int64)
+        k = _gap_block(gaps, resident, coord_bytes, budget, chosen, np.empty(n, np.uint64), np.empty(n, np.int64))
+        np.testing.assert_array_equal(np.sort(chosen[:k]), _prefix(gaps, resident, coord_bytes, budget), str(trial))
+
+
 @pytest.mark.parametrize("n", [1, 40, 700, 5000])
 def test_the_block_ending_at_a_given_gap_is_the_lexsort_prefix(n):
     """_edge_block answers exactly when the lexsort prefix ends among the gaps equal to the given
