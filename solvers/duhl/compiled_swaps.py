@@ -31,7 +31,7 @@ from solvers.duhl import gram
 from solvers.duhl.compiled_parts import (_block_gaps, _clock, _form, _hand_back, _now, _proof_arrays, _row,
                                          _select, _swap_in, loop_kernel as _loop_kernel)
 from solvers.duhl.few_select import NO_BITS, _few_block, _fit
-from solvers.duhl.block_select import _next_block
+from solvers.duhl.block_select import PROBE, _next_block
 from solvers.duhl.gram import (G_AT, G_COST, G_EPOCHS, G_EVERY, G_ON, G_SINCE, G_START_GAP, G_WORK, _gram_block_end,
                                _gram_due, _gram_epoch, _round_certify)
 from solvers.duhl.gap_memory import MARGIN, ROUNDING, _proven, _step
@@ -112,18 +112,15 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
     more; else nothing is timed). Returns status: 1 converged, 2 max_updates, 3 deadline or full history, 4 the
     round to build the Gram matrix (gstate[G_AT])."""
     n = a.shape[0]
-    chosen = np.empty(n, dtype=np.int64)
+    chosen, keys = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.uint64)
     keep = np.zeros(n, dtype=np.bool_)
     fresh = np.zeros(n, dtype=np.bool_)  # with G: the last block's mask, whose gaps are not stale
-    joined = np.empty(n, dtype=np.int64)
-    visit = np.empty(n, dtype=np.int64)
-    order = np.empty(n, dtype=np.int64)
+    joined, visit, order = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
     stale = np.empty(n + 1, dtype=np.int64)  # + 1: the round's pass writes one past a list the proofs made
     positions = np.empty(row_coord.shape[0], dtype=np.int64)
     block = np.empty(n + 1, dtype=np.int64)  # + 1: the pass below writes one past the block
     out_g, out_s = np.empty(n), np.empty(n)
     t_gram = np.empty(n)  # the block's <A_i, z> in its epochs from G (gram.py)
-    keys = np.empty(n, dtype=np.uint64)
     timed = 0 if clock.shape[0] < len(PARTS) else (2 if clock.shape[0] > len(PARTS) else 1)
     proving, centred = proof
     norms, mu_abs, path, at, proven, z_old = proof_arrays
@@ -132,7 +129,7 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
     fit = _fit(coord_bytes, budget)
     zero_off, shift_old, m = np.zeros(1), 0.0, -1  # m: the block's size (block[:m]); -1: not listed yet
     n_stale, stale_ready = 0, False  # stale[:n_stale] listed for the round ahead (by the proofs)
-    unread, read_at = 1, _now()
+    unread, read_at, above = 1, _now(), False  # above: the last block by the bits ended above 0 (block_select)
     t_start = _clock(timed) if timed else 0.0
     if counters[8] == 2.0:  # row 0: every gap at the start state (none fresh)
         gstate[G_SINCE] = gstate[G_EVERY]  # a data pass: the Gram's dots start there
@@ -158,7 +155,8 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
                 k, held, listed, bits, was = _few_block(gaps, resident, coord_bytes, budget, fit, keep, m, order)
                 by_bits = k >= 0
             if not by_bits:  # more than FEW coordinates, or a NaN gap
-                k, held, listed = _next_block(gaps, resident, coord_bytes, budget, keep, m, chosen, keys, order)
+                k, held, listed, above = _next_block(gaps, resident, coord_bytes, budget, keep, m, chosen, keys, order,
+                                                     not above or counters[1] % PROBE == 0)
         else:
             k = _select(policy, gaps, resident, coord_bytes, budget, picks, int(counters[6]), chosen, order, keys)
         if policy == 1:

@@ -16,6 +16,7 @@ import numpy as np
 from numba import njit
 
 MAX_BITS, FEW = 12, 32
+BIG = 4 << MAX_BITS  # coordinates from which the first level's histogram (sign, exponent) comes in the keys' pass
 # the key of a gap of 0 (_key): _edge_mask is tried only when the residents' lowest gap is 0 (the
 # dual SVM's zeros). With another edge (distinct gaps) it never found the block in the states of
 # python auto runs at budget 0.05 and 0.25 (w8a logistic 24 of 24, the dense SVM 401, breast
@@ -262,7 +263,7 @@ def _radix_block(gaps, resident, coord_bytes, budget, chosen, keys, cand):
             cand[i] = i
         return _sorted_take(keys, cand, n, resident, coord_bytes, budget, chosen, 0)
     low, high = ~np.uint64(0), np.uint64(0)
-    big = n >= 4 << MAX_BITS  # the first level's histogram (the top bits: sign, exponent) in this pass
+    big = n >= BIG  # the first level's histogram (the top bits: sign, exponent) in this pass
     # two first-level histograms, odd and even coordinates: no chain of adds to one bucket (many equal gaps)
     hist = np.zeros(2 << MAX_BITS, dtype=np.int64) if big else np.empty(1 << MAX_BITS if n > FEW else 1, np.int64)
     top_shift = np.uint64(64 - MAX_BITS)
@@ -307,6 +308,17 @@ def _radix_block(gaps, resident, coord_bytes, budget, chosen, keys, cand):
             at = (keys[i] >> top_shift) == edge
             low = min(low, keys[i] if at else ~np.uint64(0))
             high = max(high, keys[i] if at else np.uint64(0))
+    return _radix_levels(keys, cand, m, low, high, hist, remaining, coord_bytes, resident, chosen, k, resident[:0],
+                         False)  # (no mask: an empty one)
+
+
+@njit(nogil=True, cache=True)
+def _radix_levels(keys, cand, m, low, high, hist, remaining, coord_bytes, resident, chosen, k, keep, as_mask):
+    """The radix levels after the first (_radix_block's; block_select._radix_mask's): the candidates
+    ``cand[:m]`` (index order; their keys in [low, high]) by the next bits, those above each level's
+    edge into the block, down to a few (sorted) or to equal gaps (resident first, by index); the
+    block appended to ``chosen`` from ``k``, or with ``as_mask`` set in ``keep`` (the candidates'
+    entries False there; ``chosen`` scratch). The block's size."""
     while m > FEW and low != high:
         bits_left = _bit_length(low ^ high)  # the bits below the candidates' common prefix
         nb = min(bits_left, MAX_BITS, max(4, _bit_length(np.uint64(m)) - 2))
@@ -317,22 +329,27 @@ def _radix_block(gaps, resident, coord_bytes, budget, chosen, keys, cand):
             hist[(keys[cand[t]] >> shift) & mask] += coord_bytes[cand[t]]
         top, remaining = _boundary(hist[: 1 << nb], remaining)
         if top < 0:  # every candidate fits
-            chosen[k:k + m] = cand[:m]
+            for t in range(m if as_mask else 0):
+                keep[cand[t]] = True
+            chosen[k:k + (0 if as_mask else m)] = cand[:0 if as_mask else m]
             return k + m
         edge = np.uint64(top)
         m_next = 0
         low, high = ~np.uint64(0), np.uint64(0)
         for t in range(m):  # branch-free: which side of the edge a coordinate falls is unpredictable
             i = cand[t]
-            u = keys[i]
-            h = (u >> shift) & mask
-            chosen[k] = i
+            h = (keys[i] >> shift) & mask
+            if as_mask:  # (the same branch every time: predicted)
+                keep[i] = h > edge
+            else:
+                chosen[k] = i
             k += h > edge
             cand[m_next] = i
             m_next += h == edge
         m = m_next
         for t in range(m):
             low, high = min(low, keys[cand[t]]), max(high, keys[cand[t]])
+    start = 0 if as_mask else k
     if m > FEW:  # equal gaps: resident first, then by index (cand is in index order; keys now scratch)
         n_res, n_out = 0, 0
         for t in range(m):  # branch-free split (often most of the coordinates: w8a's dual SVM's zeros)
@@ -341,11 +358,14 @@ def _radix_block(gaps, resident, coord_bytes, budget, chosen, keys, cand):
             n_res += resident[i]
             keys[n_out] = i
             n_out += not resident[i]
-        k, remaining, full = _take(cand[:n_res], coord_bytes, remaining, chosen, k)
+        end, remaining, full = _take(cand[:n_res], coord_bytes, remaining, chosen, start)
         if not full:
-            k = _take(keys[:n_out], coord_bytes, remaining, chosen, k)[0]
-        return k
-    return _sorted_take(keys, cand, m, resident, coord_bytes, remaining, chosen, k)
+            end = _take(keys[:n_out], coord_bytes, remaining, chosen, end)[0]
+    else:
+        end = _sorted_take(keys, cand, m, resident, coord_bytes, remaining, chosen, start)
+    for t in range(start, end if as_mask else start):
+        keep[chosen[t]] = True
+    return k + end - start
 
 
 @njit(nogil=True, cache=True)

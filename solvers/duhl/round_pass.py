@@ -9,6 +9,9 @@ from numba.cpython.unsafe.numbers import trailing_zeros
 
 SORT_FEW = 32  # a listed block of at most this many coordinates sorted, a larger one listed from its mask
 RUNS = 8  # the stale gaps as runs between the block's coordinates when it is at most a RUNS-th of them
+# a mask block merged into the last one's list by its changes while they are at most a MANY_CHANGES-th of
+# the coordinates (a search in the list each, ~30-50 ns); listed from the mask (~0.5 ns a coordinate) beyond
+MANY_CHANGES = 64
 
 
 @njit(nogil=True, cache=True, inline="always")
@@ -70,8 +73,10 @@ def _round_lists(keep, chosen, k, listed, resident, proven, proving, coord_bytes
     the others into ``stale`` (_stale_runs; unless proven, when ``proving``). w8a[20000] at
     memory_budget 0.05: the pass over every coordinate took ~2.5-4.5 ns each in the loop, 1-1.8 apart
     (its arrays out of cache after the kernels)."""
-    if not listed and not list_stale:  # a mask to list (gap_select._edge_mask's): by what changed
-        return _mask_lists(keep, resident, coord_bytes, block, m, chosen, joined)
+    if not listed and not list_stale:  # a mask to list (gap_select._edge_mask's): by what changed, when few did
+        lists = _mask_lists(keep, resident, coord_bytes, block, m, chosen, joined)
+        if lists[0] >= 0:
+            return lists
     n = keep.shape[0]
     n_stale = _stale_runs(block, m, resident, proven, proving, stale) if list_stale else 0
     ordered = listed
@@ -112,7 +117,8 @@ def _mask_lists(keep, resident, coord_bytes, block, m, chosen, joined):
     in both leave, the others join, compacted into ``joined`` where they were read). O(n / 8 + m + changes),
     where listing the mask costs O(n) and the lists O(k + m) again: w8a's dual SVM at memory_budget 0.25 changes
     ~64 of a ~19,000-coordinate block a round (on captured states, listing the mask and the lists: ~51 us a
-    call; this: ~16)."""
+    call; this: ~16). With more than n / MANY_CHANGES changes, (-1, 0, 0, 0) and nothing changed: the
+    caller lists the mask (a block by the bits: w8a's logistic changes ~6,000 of ~4,000 a round)."""
     n = keep.shape[0]
     words = n - n % 8
     kw, rw = keep[:words].view(np.uint64), resident[:words].view(np.uint64)
@@ -125,6 +131,8 @@ def _mask_lists(keep, resident, coord_bytes, block, m, chosen, joined):
     for i in range(words, n):
         joined[n_changed] = i
         n_changed += keep[i] != resident[i]
+    if n_changed * MANY_CHANGES > n:  # (-1: nothing changed but joined's scratch)
+        return -1, 0, 0, 0
     k, n_joined, moved, j = 0, 0, 0, 0
     for c in range(n_changed):
         i = joined[c]

@@ -52,7 +52,8 @@ class DuHL:
         Which coordinates live on the device; "gap" is DuHL.
     local_epochs : int or "auto"
         Device epochs over its block per round. "auto" (default): 2 with part of the data
-        resident (measured: solvers.duhl.swaps.AUTO_EPOCHS), 1 with all data resident.
+        resident and the data in RAM (measured: solvers.duhl.swaps.AUTO_EPOCHS), 1 with all
+        data resident or the data on disk.
     tol : float
         Stop once rel_gap = gap / P(0) <= tol.
     max_epochs : float

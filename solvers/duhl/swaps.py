@@ -58,19 +58,24 @@ class _Done:
         return self.value
 
 
-# local_epochs "auto" (the default) with part of the data resident: this many epochs on the block
-# per round. Side by side (pipelines.bench.swap_loop --full --arms "all resident,routed 1,routed 2",
+# local_epochs "auto" (the default) with part of the data resident in RAM: this many epochs on the
+# block per round. Side by side (pipelines.bench.swap_loop --full --arms "all resident,routed 1,routed 2",
 # 2026-11-24 22:20-22:33 UTC, time to 1e-6 at memory_budget 0.05, 0.25 and 0.5, medians of 3), 2
 # against 1: geometric mean 0.89 over the 29 cells, the hinge SVMs 0.66-0.78, w8a Lasso 0.64-1.0,
 # breast cancer 0.84-0.90, worst w8a logistic at 0.05 (1.08) and dense 5000 x 20000 at 0.25 (1.13).
 # The rule it replaces (the bytes outside the block over the block's, 1 to 4) took w8a logistic at
-# 0.05 to 1.7x the time of 1 epoch.
+# 0.05 to 1.7x the time of 1 epoch. With the data on disk, 1: the out_of_core preset's DuHL arm (4 GB,
+# host_budget 0.25), three runs each at 23:29-23:35, 10.5-11.4 s and 15.3 GB read with 1, 11.0-14.0 s
+# and 15.4-17.4 GB with 2.
 AUTO_EPOCHS = 2
 
 
-def round_epochs(local_epochs):
-    """``local_epochs`` as a number of epochs on the block per round ("auto": AUTO_EPOCHS)."""
-    return AUTO_EPOCHS if local_epochs == "auto" else int(local_epochs)
+def round_epochs(local_epochs, on_disk=False):
+    """``local_epochs`` as a number of epochs on the block per round ("auto": AUTO_EPOCHS in RAM, 1
+    with the data on disk)."""
+    if local_epochs == "auto":
+        return 1 if on_disk else AUTO_EPOCHS
+    return int(local_epochs)
 
 
 def passes_per_round(local_epochs, n_resident, n_visit):
@@ -173,7 +178,7 @@ def solve_with_swaps(solver, problem, rset, a, z, off, rng, trace, t0, iterates)
     state = (a, z, off)
     policy = Policy(solver.selection, coord_bytes, rset.capacity_bytes, problem.sqnorm, _child(rng))
     orders = stream(rng)  # the epochs' orders (the compiled loop's too)
-    epochs = round_epochs(solver.local_epochs)
+    epochs = round_epochs(solver.local_epochs, problem.on_disk)
     dual_best = -np.inf
     on_disk = problem.on_disk
     ram_rows = problem.A.data.shape[0] if isinstance(problem.A, RamTier) else 0

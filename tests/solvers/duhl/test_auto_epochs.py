@@ -1,6 +1,7 @@
 """local_epochs="auto", DuHL's default (solvers.duhl.swaps.round_epochs): with part of the data
-resident a round runs AUTO_EPOCHS epochs on the block, with all data resident one; both round
-loops run it alike, it reaches the optimum, and a bad value gets a one-line error."""
+resident in RAM a round runs AUTO_EPOCHS epochs on the block, with all data resident or the data
+on disk one; both round loops run it alike, it reaches the optimum, and a bad value gets a one-line
+error."""
 
 import numpy as np
 import pytest
@@ -12,9 +13,9 @@ from solvers.glm.problems import make_problem
 from test_compiled_swaps import _solve  # DuHL in the loop a test names
 
 
-def test_auto_is_two_epochs_and_a_number_is_kept():
-    assert AUTO_EPOCHS == 2 and round_epochs("auto") == 2
-    assert round_epochs(3) == 3 and round_epochs(1) == 1
+def test_auto_is_two_epochs_in_ram_one_on_disk_and_a_number_is_kept():
+    assert AUTO_EPOCHS == 2 and round_epochs("auto") == 2 and round_epochs("auto", on_disk=True) == 1
+    assert round_epochs(3) == 3 and round_epochs(3, on_disk=True) == 3 and round_epochs(1) == 1
     assert DuHL().local_epochs == "auto"
 
 
@@ -58,3 +59,32 @@ def test_a_bad_local_epochs_names_the_value(value):
     with pytest.raises(ValueError, match=r"The 'local_epochs' parameter of DuHL must be 'auto' or an int >= 1\. "
                                          rf"Got {value!r} instead\."):
         DuHL(local_epochs=value)
+
+
+def test_the_default_on_disk_runs_one_epoch_a_round(tmp_path, monkeypatch):
+    """With the data on disk (host_budget) "auto" is one epoch a round (the number the round loop
+    gets: its reads "as the disk allows" depend on timing, so no two traces need agree); a number
+    given is kept."""
+    from solvers.duhl import swaps
+    from solvers.duhl.disk import write_coordinate_major
+    from solvers.duhl.on_disk import OnDisk
+    from solvers.glm.problems import make_problem_on_disk
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((300, 200))
+    y = X[:, :20] @ rng.standard_normal(20) + 0.1 * rng.standard_normal(300)
+    path = tmp_path / "X.npy"
+    write_coordinate_major(path, 200, 300, (X[:, j:j + 64].T for j in range(0, 200, 64)), fortran=True)
+    alpha = 0.05 * np.abs(X.T @ y).max() / 300
+    problem = make_problem_on_disk("lasso", OnDisk(path), y, alpha=alpha)
+    seen = []
+
+    def spy(local_epochs, on_disk=False):
+        seen.append(round_epochs(local_epochs, on_disk))
+        return seen[-1]
+
+    monkeypatch.setattr(swaps, "round_epochs", spy)
+    res = DuHL(host_budget=0.25, tol=1e-10, max_epochs=2000, random_state=0).solve(problem)
+    assert res.status == "converged" and seen == [1]
+    DuHL(host_budget=0.25, local_epochs=2, tol=1e-10, max_epochs=2000, random_state=0).solve(problem)
+    assert seen == [1, 2]

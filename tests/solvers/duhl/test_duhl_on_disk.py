@@ -67,10 +67,11 @@ def test_same_iterates_as_the_same_block_in_ram(store):
     path, X, y = store
     alpha = alpha_of(X, y)
     on_disk = make_problem_on_disk("lasso", OnDisk(path), y, alpha=alpha, fit_intercept=False)
-    r_disk = DuHL(host_budget=0.3, tol=1e-9, random_state=0, refresh="all").solve(on_disk)
+    r_disk = DuHL(host_budget=0.3, tol=1e-9, random_state=0, refresh="all", local_epochs=1).solve(on_disk)
     block = int(0.3 * X.nbytes) - on_disk.A.buffer_bytes  # the read buffer's share of the host budget
     in_ram = make_problem("lasso", X, y, alpha=alpha, fit_intercept=False)
-    r_ram = DuHL(memory_budget=f"{block}B", prefetch=0.2, tol=1e-9, random_state=0, refresh="all").solve(in_ram)
+    r_ram = DuHL(memory_budget=f"{block}B", prefetch=0.2, tol=1e-9, random_state=0, refresh="all",
+                 local_epochs=1).solve(in_ram)  # ("auto": 1 on disk, 2 in RAM)
     assert r_disk.n_rounds == r_ram.n_rounds > 1
     np.testing.assert_allclose(r_disk.a, r_ram.a, rtol=0, atol=1e-12)
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from solvers.duhl.few_select import _few_block, _fit, _fit_floor
-from solvers.duhl.block_select import TOP, _floor_bits, _next_block, _top_block
-from solvers.duhl.gap_select import _edge_block, _gap_block, _resident_keys, _same_block, _tie_cut
+from solvers.duhl.block_select import TOP, _floor_bits, _next_block, _radix_mask, _top_block
+from solvers.duhl.gap_select import BIG, _edge_block, _gap_block, _resident_keys, _same_block, _tie_cut
 
 
 def _prefix(gaps, resident, coord_bytes, budget):
@@ -84,6 +84,39 @@ def test_the_block_by_the_bits_is_the_lexsort_prefix_over_decades_zeros_and_roun
         np.testing.assert_array_equal(np.sort(chosen[:k]), _prefix(gaps, resident, coord_bytes, budget), str(trial))
 
 
+@pytest.mark.parametrize("n", [BIG, 40000])
+def test_the_block_by_the_bits_as_a_mask_is_the_lexsort_prefix(n):
+    """block_select._radix_mask (the loop's from BIG coordinates): its mask, written over a stale one,
+    is the lexsort prefix and its size the prefix's, and it says whether the block ends among gaps
+    above 0: mostly-zero gaps, ties, NaN and -0.0, gaps over decades with -1e-16s, all equal, and
+    budgets that hold everything or nothing."""
+    seen, chosen = set(), np.empty(n, np.int64)
+    for trial in range(16):
+        rng, gaps, coord_bytes, budget, resident = _random_case(n, trial, zeros=0.9, nans=0.02)
+        if trial % 4 == 1:
+            gaps = np.where(rng.random(n) < 0.05, -rng.uniform(0, 3e-16, n), 10.0 ** rng.uniform(-18, -2, n))
+        elif trial % 8 == 2:
+            gaps[:] = 0.25
+        if trial % 3 == 2:
+            resident = rng.random(n) < 0.3
+        budget = [budget, 0, int(coord_bytes.sum()) + 1][trial % 7 % 3] if trial % 7 > 4 else budget
+        keep = rng.random(n) < 0.5  # stale: every entry is written
+        k, above = _radix_mask(gaps, resident, coord_bytes, budget, keep, np.empty(n, np.int64),
+                               np.empty(n, np.uint64), np.empty(n, np.int64))
+        expected = _prefix(gaps, resident, coord_bytes, budget)
+        assert k == expected.size, trial
+        order = np.lexsort((~resident, -gaps))  # "above": the first in the order left out is a gap above 0
+        assert above == (k < n and gaps[order[k]] >= np.finfo(float).tiny), trial  # (a normal float's)
+        np.testing.assert_array_equal(np.flatnonzero(keep), expected, str(trial))
+        seen.add(above)
+        for shortcuts in (True, False):  # the loop's call, with its shortcuts or without: the same block
+            keep[:] = resident
+            k, held, listed, _ = _next_block(gaps, resident, coord_bytes, budget, keep, -1, chosen,
+                                             np.empty(n, np.uint64), np.empty(n, np.int64), shortcuts)
+            np.testing.assert_array_equal(np.sort(chosen[:k]) if listed else np.flatnonzero(keep), expected)
+    assert seen == {True, False}
+
+
 @pytest.mark.parametrize("n", [1, 40, 700, 5000])
 def test_the_block_ending_at_a_given_gap_is_the_lexsort_prefix(n):
     """_edge_block answers exactly when the lexsort prefix ends among the gaps equal to the given
@@ -137,8 +170,8 @@ def test_a_few_coordinates_block_by_ranks_is_the_lexsort_prefix(n):
         assert (k < 0) == nan and not listed, trial
         same = np.array_equal(np.flatnonzero(resident), expected)
         if nan:  # the loop's next call, whose answer may be held or a mask, too
-            k, held, listed = _next_block(gaps, resident, coord_bytes, budget, keep, m, chosen,
-                                          np.empty(n, np.uint64), np.empty(n, np.int64))
+            k, held, listed, _ = _next_block(gaps, resident, coord_bytes, budget, keep, m, chosen,
+                                             np.empty(n, np.uint64), np.empty(n, np.int64))
         if nan and held:  # the loop's keep: the resident block, listed already
             keep = resident.copy()
         got = np.sort(chosen[:k]) if listed else np.flatnonzero(keep)

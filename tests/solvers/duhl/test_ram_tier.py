@@ -118,8 +118,8 @@ def test_same_iterates_as_the_same_gpu_block_with_the_data_in_ram(store, simulat
     on_disk = make_problem_on_disk("lasso", OnDisk(path), y, **params)
     r_disk = DuHL(host_budget=0.5, memory_budget=block, device="cuda_sim", tol=1e-9, random_state=0,
                   refresh="all").solve(on_disk)
-    r_ram = DuHL(memory_budget=block, device="cuda_sim", tol=1e-9, random_state=0,
-                 refresh="all").solve(make_problem("lasso", X, y, **params))
+    r_ram = DuHL(memory_budget=block, device="cuda_sim", tol=1e-9, random_state=0, refresh="all",
+                 local_epochs=1).solve(make_problem("lasso", X, y, **params))  # ("auto": 1 on disk, 2 in RAM)
     assert r_disk.n_rounds == r_ram.n_rounds > 1
     np.testing.assert_array_equal(r_disk.a, r_ram.a)
 
