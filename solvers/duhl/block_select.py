@@ -66,9 +66,9 @@ def _radix_mask(gaps, resident, coord_bytes, budget, keep, chosen, keys, cand):
     """gap_select._radix_block's block (at least BIG coordinates) into ``keep``: (its size, whether it
     ends among gaps above 0). The first level's histogram of the keys' top bits (sign, exponent) in
     the keys' pass; then one pass that vectorizes writes the mask above the edge bucket and finds that
-    bucket's key range, and one lists its coordinates for the next levels. The list's partition of every coordinate, and the loop's mask
-    from the list, cost more: w8a's logistic at budget 0.05, ~45,000 distinct gaps, the selection and
-    the mask ~156 -> ~128 us a round on captured states."""
+    bucket's key range, and one lists its coordinates for the next levels. The list's partition of
+    every coordinate, and the loop's mask from the list, cost more: w8a's logistic at budget 0.05,
+    ~45,000 distinct gaps, the selection and the mask ~156 -> ~128 us a round on captured states."""
     n = gaps.shape[0]
     bits = gaps.view(np.uint64)
     top_shift = np.uint64(64 - MAX_BITS)

@@ -118,7 +118,8 @@ def _mask_lists(keep, resident, coord_bytes, block, m, chosen, joined):
     where listing the mask costs O(n) and the lists O(k + m) again: w8a's dual SVM at memory_budget 0.25 changes
     ~64 of a ~19,000-coordinate block a round (on captured states, listing the mask and the lists: ~51 us a
     call; this: ~16). With more than n / MANY_CHANGES changes, (-1, 0, 0, 0) and nothing changed: the
-    caller lists the mask (a block by the bits: w8a's logistic changes ~6,000 of ~4,000 a round)."""
+    caller lists the mask (a block by the bits: on w8a's logistic ~6,000 joins and leaves a round, of a
+    ~4,000-coordinate block)."""
     n = keep.shape[0]
     words = n - n % 8
     kw, rw = keep[:words].view(np.uint64), resident[:words].view(np.uint64)
