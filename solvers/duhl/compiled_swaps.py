@@ -4,23 +4,24 @@ The Python loop (:mod:`solvers.duhl.swaps`) spends ~0.4-1 ms of interpreter time
 bookkeeping, a thread hand-off, a trace row): on a small problem most of the round. Here one compiled call runs many
 rounds of the same algorithm:
 
-1. the block is chosen from the gap memory by the policy's rule (gap: largest gap first, resident first on ties,
-   filling the byte budget, few coordinates by their ranks: solvers.duhl.few_select; sequential; random);
-2. a swap copies the coordinates that joined the block into the block's buffer (dense rows, or a CSR buffer
-   compacted in place), counted as the resident set counts them (bytes of the joined coordinates, how many joined);
-3. the stale gaps are refreshed at the round's start state, which with the block's gaps of the last round gives that
+1. the stale gaps are refreshed at the round's start state, which with the block's gaps of the last round gives that
    state's exact gap: a certified row. With refresh "auto", for the Lasso family with few coordinates, from dots
    <A_i, z> kept by the Gram matrix (a certified row at most every ROWS_EVERY rounds: solvers.duhl.gram); else
    only the oldest that fit the device's reads, a row of the memory's estimate, but on the certifier's schedule
-   (solvers.duhl.stale_plan);
+   (solvers.duhl.stale_plan). Before the selection: on the CPU nothing would run beside it, and the selection
+   sees them (the default experiment: 5 rounds to 1e-6 -> 3, when every other round re-chose the block it had
+   just solved from gaps a round old);
+2. the block is chosen from the gap memory by the policy's rule (gap: largest gap first, resident first on ties,
+   filling the byte budget, few coordinates by their ranks: solvers.duhl.few_select; sequential; random);
+3. a swap copies the coordinates that joined the block into the block's buffer (dense rows, or a CSR buffer
+   compacted in place), counted as the resident set counts them (bytes of the joined coordinates, how many joined);
 4. ``passes`` epochs over the block (its coordinates with a positive gap when shrinking), in the orders the Python
    loop draws (``cpu.shuffle`` from the same state: solvers.duhl.selection.stream), then the block's gaps at the new
    state.
 
 With refresh="all" and the same selection it gives the Python loop's iterates, bytes, swaps and trace rows, bit
-for bit: the same kernels in the same order, and the gap sum as NumPy sums (pairwise). One difference: when a row
-certifies the round's start state, this loop returns at once, where the Python loop has run the round's epochs
-meanwhile and discards them (``epochs`` counts them). :func:`routes` says when the DuHL solver uses this loop.
+for bit (on the CPU with the data in RAM the Python loop refreshes before the selection too): the same kernels in
+the same order, and the gap sum as NumPy sums (pairwise). :func:`routes` says when the DuHL solver uses this loop.
 """
 
 import time
@@ -33,14 +34,14 @@ from solvers.duhl.compiled_parts import (_block_gaps, _clock, _form, _hand_back,
 from solvers.duhl.few_select import NO_BITS, _few_block, _fit
 from solvers.duhl.block_select import PROBE, _next_block
 from solvers.duhl.gram import (G_AT, G_COST, G_EPOCHS, G_EVERY, G_ON, G_SINCE, G_START_GAP, G_WORK, _gram_block_end,
-                               _gram_due, _gram_epoch, _round_certify)
+                               _gram_epoch, _round_certify)
 from solvers.duhl.gap_memory import MARGIN, ROUNDING, _proven, _step
 from solvers.duhl.gap_select import FEW
 from solvers.duhl.round_pass import SORT_FEW, _bits_pass, _round_lists, _round_pass, _stale_runs
 from solvers.duhl.inmemory import _epoch
 from solvers.duhl.selection import stream
-from solvers.duhl.stale_plan import A_ESTIMATE, A_ON, _certified, _full, _plan, auto_state
-from solvers.duhl.swaps import MAX_PASSES_PER_ROUND, _child, round_epochs
+from solvers.duhl.stale_plan import A_BUDGET, A_ESTIMATE, A_ON, _start_row, auto_state
+from solvers.duhl.swaps import MAX_PASSES_PER_ROUND, _child, refresh_first, round_epochs
 from solvers.glm.certificates import tight_lasso
 from solvers.glm.models import shrink_cut
 from solvers.kernels import cpu
@@ -70,7 +71,7 @@ def routes(solver, problem, rset):
 
 # where run_swap_slice's time goes (its ``clock``): the kernels (the swap's copies, the stale gaps with the
 # certificate, the epochs, the block's gaps); outside them the selection, "other" (bookkeeping), "block lists"
-# (round_pass's) and "round set-up" (rows, working set, passes, the plan); "slice": the compiled calls' time
+# (round_pass's, and the stale gaps' list) and "round set-up" (working set, passes); "slice": the compiled calls' time
 PARTS = ("selection", "swap", "stale gaps and certificate", "epochs", "block gaps", "other", "block lists",
          "round set-up", "slice")
 
@@ -97,7 +98,7 @@ def _lap_total(clock, code, t_start, timed):
 def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off, mu, sqnorm, c, b, theta,
                    tight, l1, carry_dual, tol_abs, max_updates, deadline, local_epochs, max_passes, shrinking,
                    orders, picks, gaps, s, resident, counters, history, iterates, clock, proof, proof_arrays, gram,
-                   auto):
+                   auto, first):
     """Rounds until a certified tolerance, ``max_updates``, ``deadline`` (perf_counter seconds) or a full
     ``history``. Carried between calls: the block (B, row_coord, pos: each coordinate's row or -1), the gap memory
     (gaps, s), ``resident`` and ``counters`` (updates, rounds, swaps, bytes moved, rows of this slice, rows of the
@@ -107,7 +108,8 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
     |mu|, path, at, proven, z scratch): the gap memory's proofs (proving False: none; see solvers.duhl.gap_memory),
     carried between calls. ``gram`` = (G, dots, a_ref, gstate): the Gram matrix of the coordinates and its state
     (see _round_certify; gstate[G_ON] 0: none, every stale gap read from the data), and ``auto`` refresh "auto"'s
-    plan and certifier (see solvers.duhl.stale_plan), carried between calls. ``clock``
+    plan and certifier (see solvers.duhl.stale_plan), carried between calls; ``first``: the stale gaps refreshed
+    before the selection, else after it (swaps.refresh_first). ``clock``
     accumulates where the rounds' time goes, by PARTS (when it has that many entries; the thread's CPU time with one
     more; else nothing is timed). Returns status: 1 converged, 2 max_updates, 3 deadline or full history, 4 the
     round to build the Gram matrix (gstate[G_AT])."""
@@ -128,6 +130,8 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
     everyone = np.arange(n)
     fit = _fit(coord_bytes, budget)
     zero_off, shift_old, m = np.zeros(1), 0.0, -1  # m: the block's size (block[:m]); -1: not listed yet
+    model, gram_dots = (mu, c, b, theta, tight, l1, carry_dual), (dots, a_ref, zero_off, gstate)  # (_start_row's)
+    proofs, rows = (proving, path, at), (history, iterates)
     n_stale, stale_ready = 0, False  # stale[:n_stale] listed for the round ahead (by the proofs)
     unread, read_at, above = 1, _now(), False  # above: the last block by the bits ended above 0 (block_select)
     t_start = _clock(timed) if timed else 0.0
@@ -143,13 +147,23 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
             return _lap_total(clock, 1, t_start, timed)
     while True:
         t = _clock(timed) if timed else 0.0
+        if counters[8] == 0.0:  # the stale gaps: not in the last block, not proven
+            if gstate[G_ON] == 1.0:  # with G: those not in the last block (a mask: ~0.2 us a round of w8a[20000])
+                fresh[:] = resident
+            elif not stale_ready:  # (else listed by the last round's proofs)
+                n_stale = _stale_runs(block, m, resident, proven, proving, stale)
+            t = _lap(clock, 6, t, timed)
+        if counters[8] == 0.0 and first:  # (the plan: in the stale gaps' part)
+            gap, full = _start_row(counters[1] + 1, A, G, everyone, stale[:n_stale], fresh, a, z, off, model, gaps, s,
+                                   counters, gram_dots, out_g, out_s, tol_abs, auto, coord_bytes, joined, proofs, rows,
+                                   resident)
+            t = _lap(clock, 2, t, timed)
+            if full and gap <= tol_abs:
+                return _lap_total(clock, 1, t_start, timed)
         # the block as the mask ``keep`` or the list ``chosen``; ``held``: the block that stayed
         # (block[:m], the resident mask, the buffers as they were: most rounds of w8a's dual SVM)
-        held, listed, n_stale = False, True, n_stale if stale_ready else 0
+        held, listed = False, True
         by_bits, bits, was = False, NO_BITS, NO_BITS  # a few coordinates' new and last block as bits
-        to_list = not stale_ready and gstate[G_ON] == 0.0  # with G the stale gaps: those not in the last block
-        if not to_list and not stale_ready:  # a mask, not a list: ~0.2 us a round of w8a[20000] at budget 0.05
-            fresh[:] = resident
         if policy == 0:
             if n <= FEW:  # by their ranks or the fit-th gap (few_select), unless a gap is NaN
                 k, held, listed, bits, was = _few_block(gaps, resident, coord_bytes, budget, fit, keep, m, order)
@@ -171,21 +185,14 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
                 n_in += resident[chosen[j]]
             held = n_in == k and k == m
         t = _lap(clock, 0, t, timed)
-        # the stale gaps (not in the last round's block, not proven; listed by the last round's proofs
-        n_joined, moved = 0, 0  # when they ran), the block, those that join it, the resident mask
+        n_joined, moved = 0, 0  # the block, those that join it, the resident mask
         if not held:
             if by_bits:  # its work: the block's and the changes' size (diabetes at budget 0.25: ~30 -> ~15 ns)
-                m, n_joined, moved, n_listed = _bits_pass(bits, was, resident, proven, coord_bytes, block, joined,
-                                                          stale, to_list)
+                m, n_joined, moved = _bits_pass(bits, was, resident, coord_bytes, block, joined)
             elif m >= 0 and n > SORT_FEW:  # the last block listed: O(k + m) (a few coordinates: one pass)
-                m, n_joined, moved, n_listed = _round_lists(keep, chosen, k, listed, resident, proven, proving,
-                                                            coord_bytes, block, m, joined, stale, to_list)
+                m, n_joined, moved = _round_lists(keep, chosen, k, listed, resident, coord_bytes, block, m, joined)
             else:
-                m, n_joined, moved, n_listed = _round_pass(keep, resident, proven, coord_bytes, block, joined, stale,
-                                                           to_list)
-            n_stale = n_stale if stale_ready else n_listed
-        elif to_list:  # (held: listed, m >= 0)
-            n_stale = _stale_runs(block, m, resident, proven, proving, stale)
+                m, n_joined, moved = _round_pass(keep, resident, coord_bytes, block, joined)
         counters[2] += n_joined
         counters[3] += moved
         t = _lap(clock, 6, t, timed)
@@ -213,32 +220,16 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
         for j in range(m if n_gap < m and not use_gap else 0):  # (else visit is positions already)
             visit[j] = positions[j]
         counters[1] += 1
-        # the stale gaps refreshed at the start state: all of them (with the block's, its certificate), or
-        # refresh "auto"'s plan (stale_plan: the oldest that fit the device's reads; the row: the memory's estimate)
-        full, todo = True, stale[:n_stale]
-        if counters[8] == 0.0 and planning:
-            budget_bytes = passes * (gap_bytes if use_gap else block_bytes) + block_bytes
-            full = _full(auto, counters[1], todo, coord_bytes, tol_abs)
-            todo = todo if full else joined[: _plan(todo, coord_bytes, budget_bytes, auto, joined)]  # (free now)
-        for j in range(todo.shape[0] if proving and counters[8] == 0.0 else 0):  # refreshed at u's path now
-            at[todo[j], 0], at[todo[j], 1] = path[0], path[1]
+        auto[A_BUDGET] = passes * (gap_bytes if use_gap else block_bytes) + block_bytes  # the plan (stale_plan)
         t = _lap(clock, 7, t, timed)
-        on_gram = gstate[G_ON] == 1.0 and gstate[G_EPOCHS] > 0 and counters[8] == 0.0  # fresh dots: epochs from G
-        if counters[8] == 0.0:
-            carried, counters[7] = counters[7], counters[7] if full else -np.inf  # an estimate: its own dual point
-            primal, dual, gap = _round_certify(A, G, everyone, todo, fresh, a, z, off, mu, c, b, theta, tight, l1,
-                                               carry_dual, gaps, s, counters, dots, a_ref, zero_off, gstate, out_g,
-                                               out_s, tol_abs)
-            counters[7] = counters[7] if full else carried  # ... and it never feeds the best dual value
-            if gap < np.inf:  # a row (with G, not every round: gram.ROWS_EVERY)
-                _row(history, iterates, counters, a, primal, dual, gap, counters[1] - 1, k, full)
-                _gram_due(gstate, counters[1], gap, tol_abs)
-                auto[A_ESTIMATE] = gap
-            if full and planning:
-                _certified(auto, counters[1])
+        if counters[8] == 0.0 and not first:  # refreshed after the selection (swaps.refresh_first)
+            gap, full = _start_row(counters[1], A, G, everyone, stale[:n_stale], fresh, a, z, off, model, gaps, s,
+                                   counters, gram_dots, out_g, out_s, tol_abs, auto, coord_bytes, joined, proofs, rows,
+                                   resident)
             t = _lap(clock, 2, t, timed)
             if full and gap <= tol_abs:
                 return _lap_total(clock, 1, t_start, timed)
+        on_gram = gstate[G_ON] == 1.0 and gstate[G_EPOCHS] > 0 and counters[8] == 0.0  # fresh dots: epochs from G
         passes *= int(gstate[G_EPOCHS]) if on_gram else 1
         if proving:
             z_old[:] = z
@@ -380,7 +371,7 @@ def solve_compiled_swaps(solver, problem, rset, a, z, off, rng, trace, t0, itera
         code = run_swap_slice(full, block, row_coord, pos, coord_bytes, *scalars, a, z, off, problem.mu, problem.sqnorm,
                               problem.c, problem.b, problem.theta, tight, l1, carry, tol_abs, max_updates, deadline,
                               *loop_params, orders, picks, gaps, s, resident, counters, history, iterates, clock,
-                              proof, proof_arrays, gram_state, auto)
+                              proof, proof_arrays, gram_state, auto, refresh_first(solver, problem))
         if counters[4]:
             t, updates, P, D, gap, rnd, bytes_h2d, swaps, n_resident, certified = history[: int(counters[4])].T
             record(rnd, t - t0, updates, P, D, gap, bytes_h2d, swaps, n_resident, certified)

@@ -1,7 +1,7 @@
 """The compiled swap loop's pass over the coordinates when its block changes (solvers.duhl.compiled_swaps):
 the new block in coordinate order (as the resident set visits them), the coordinates that join it (their
-data copied in by the swap) and their bytes, the resident mask, and the stale gaps to refresh (not resident
-before, not proven by the gap memory). Inlined into the loop: a call passing these arrays costs ~30 ns."""
+data copied in by the swap) and their bytes, the resident mask; and the stale gaps to refresh (not in the
+last block, not proven by the gap memory). Inlined into the loop: a call passing these arrays costs ~30 ns."""
 
 import numpy as np
 from numba import njit
@@ -15,19 +15,15 @@ MANY_CHANGES = 64
 
 
 @njit(nogil=True, cache=True, inline="always")
-def _round_pass(keep, resident, proven, coord_bytes, block, joined, stale, list_stale):
+def _round_pass(keep, resident, coord_bytes, block, joined):
     """The compiled swap loop's pass over the coordinates when its block changed, in coordinate
-    order (as the resident set visits them; branch-free: which coordinates are in the block or
-    stale is unpredictable): the block into ``block``, those that join it into ``joined`` (their
-    data copied in by the swap), ``resident`` set to ``keep``, and with ``list_stale`` the stale
-    gaps (not resident before, not proven) into ``stale`` (a third list: ~1 ns a coordinate).
-    Returns (the block's size, how many join, their bytes, how many stale)."""
-    m, n_joined, moved, n_stale = 0, 0, 0, 0
+    order (as the resident set visits them; branch-free: which coordinates are in the block is
+    unpredictable): the block into ``block``, those that join it into ``joined`` (their data
+    copied in by the swap), ``resident`` set to ``keep``. Returns (the block's size, how many
+    join, their bytes)."""
+    m, n_joined, moved = 0, 0, 0
     for i in range(keep.shape[0]):
         r, kept = resident[i], keep[i]
-        if list_stale:  # the same branch every time: predicted
-            stale[n_stale] = i
-            n_stale += not (r | proven[i])  # | : no branch
         block[m] = i
         m += kept
         new = kept & (not r)
@@ -35,16 +31,17 @@ def _round_pass(keep, resident, proven, coord_bytes, block, joined, stale, list_
         n_joined += new
         moved += coord_bytes[i] if new else 0
         resident[i] = kept
-    return m, n_joined, moved, n_stale
+    return m, n_joined, moved
 
 
 @njit(nogil=True, cache=True, inline="always")
 def _stale_runs(block, m, resident, proven, proving, stale):
-    """The coordinates outside the block ``block[:m]`` (coordinate order; ``resident`` its mask),
-    unless proven when ``proving``, into ``stale``: the runs between the block's when they are long
-    (a block of at most a RUNS-th of the coordinates), else a pass over the mask; their count."""
+    """The coordinates outside the block ``block[:m]`` (coordinate order; ``resident`` its mask;
+    m < 0: not listed), unless proven when ``proving``, into ``stale``: the runs between the block's
+    when they are long (a block of at most a RUNS-th of the coordinates), else a pass over the mask;
+    their count."""
     n, n_stale, start = proven.shape[0], 0, 0
-    if m * RUNS > n:  # short runs: a loop each costs more than a pass (w8a[20000] logistic at 0.25)
+    if m < 0 or m * RUNS > n:  # short runs: a loop each costs more than a pass (w8a[20000] logistic at 0.25)
         for i in range(n):
             stale[n_stale] = i
             n_stale += not (resident[i] | proven[i])
@@ -64,21 +61,18 @@ def _stale_runs(block, m, resident, proven, proving, stale):
 
 
 @njit(nogil=True, cache=True, inline="always")
-def _round_lists(keep, chosen, k, listed, resident, proven, proving, coord_bytes, block, m, joined, stale,
-                 list_stale):
+def _round_lists(keep, chosen, k, listed, resident, coord_bytes, block, m, joined):
     """_round_pass's lists and counts when the last block is listed (``block[:m]``, coordinate order;
-    ``resident`` its mask), in O(k + m) but the stale list and a mask's listing: the block
-    ``chosen[:k]`` (when ``listed``, else listed there from ``keep``) sorted into ``block``, those not
-    resident into ``joined``, ``resident`` changed where the blocks differ, and with ``list_stale``
-    the others into ``stale`` (_stale_runs; unless proven, when ``proving``). w8a[20000] at
-    memory_budget 0.05: the pass over every coordinate took ~2.5-4.5 ns each in the loop, 1-1.8 apart
-    (its arrays out of cache after the kernels)."""
-    if not listed and not list_stale:  # a mask to list (gap_select._edge_mask's): by what changed, when few did
+    ``resident`` its mask), in O(k + m) but a mask's listing: the block ``chosen[:k]`` (when
+    ``listed``, else listed there from ``keep``) sorted into ``block``, those not resident into
+    ``joined``, ``resident`` changed where the blocks differ. w8a[20000] at memory_budget 0.05: the
+    pass over every coordinate took ~2.5-4.5 ns each in the loop, 1-1.8 apart (its arrays out of
+    cache after the kernels)."""
+    if not listed:  # a mask to list (gap_select._edge_mask's): by what changed, when few did
         lists = _mask_lists(keep, resident, coord_bytes, block, m, chosen, joined)
         if lists[0] >= 0:
             return lists
     n = keep.shape[0]
-    n_stale = _stale_runs(block, m, resident, proven, proving, stale) if list_stale else 0
     ordered = listed
     for j in range(1, k if listed else 0):  # a sort's order or a policy's: the block's is coordinates'
         ordered &= chosen[j - 1] < chosen[j]
@@ -106,18 +100,18 @@ def _round_lists(keep, chosen, k, listed, resident, proven, proving, coord_bytes
     for j in range(k):
         resident[chosen[j]] = True
         block[j] = chosen[j]
-    return k, n_joined, moved, n_stale
+    return k, n_joined, moved
 
 
 @njit(nogil=True, cache=True, inline="always")
 def _mask_lists(keep, resident, coord_bytes, block, m, chosen, joined):
-    """_round_lists's lists and counts (no stale list) for a block given as the mask ``keep`` when the last one
+    """_round_lists's lists and counts for a block given as the mask ``keep`` when the last one
     is listed (``block[:m]``; ``resident`` its mask): the coordinates where the masks differ, found 8 at a time
     (the masks' bytes as words), into ``joined``, then the new block merged from the last one and them (those
     in both leave, the others join, compacted into ``joined`` where they were read). O(n / 8 + m + changes),
     where listing the mask costs O(n) and the lists O(k + m) again: w8a's dual SVM at memory_budget 0.25 changes
     ~64 of a ~19,000-coordinate block a round (on captured states, listing the mask and the lists: ~51 us a
-    call; this: ~16). With more than n / MANY_CHANGES changes, (-1, 0, 0, 0) and nothing changed: the
+    call; this: ~16). With more than n / MANY_CHANGES changes, (-1, 0, 0) and nothing changed: the
     caller lists the mask (a block by the bits: on w8a's logistic ~6,000 joins and leaves a round, of a
     ~4,000-coordinate block)."""
     n = keep.shape[0]
@@ -133,7 +127,7 @@ def _mask_lists(keep, resident, coord_bytes, block, m, chosen, joined):
         joined[n_changed] = i
         n_changed += keep[i] != resident[i]
     if n_changed * MANY_CHANGES > n:  # (-1: nothing changed but joined's scratch)
-        return -1, 0, 0, 0
+        return -1, 0, 0
     k, n_joined, moved, j = 0, 0, 0, 0
     for c in range(n_changed):
         i = joined[c]
@@ -154,15 +148,15 @@ def _mask_lists(keep, resident, coord_bytes, block, m, chosen, joined):
     chosen[k:k + m - j] = block[j:m]
     k += m - j
     block[:k] = chosen[:k]
-    return k, n_joined, moved, 0
+    return k, n_joined, moved
 
 
 @njit(nogil=True, cache=True, inline="always")
-def _bits_pass(bits, was, resident, proven, coord_bytes, block, joined, stale, list_stale):
+def _bits_pass(bits, was, resident, coord_bytes, block, joined):
     """_round_pass for a few coordinates (at most 64) whose new block and resident mask are the bits
     ``bits`` and ``was`` (few_select._few_mask's): the same lists and returns, from the set bits
     (trailing zeros), so its work is the block's and the changes' size, not the coordinates'
-    (diabetes at memory_budget 0.25: 2 of 10), but for the stale list."""
+    (diabetes at memory_budget 0.25: 2 of 10)."""
     m, b = 0, bits
     while b:
         block[m] = trailing_zeros(b)
@@ -180,8 +174,4 @@ def _bits_pass(bits, was, resident, proven, coord_bytes, block, joined, stale, l
     while b:
         resident[trailing_zeros(b)] = False
         b &= b - np.uint64(1)
-    n_stale = 0
-    for i in range(proven.shape[0] if list_stale else 0):
-        stale[n_stale] = i
-        n_stale += not (((was >> np.uint64(i)) & np.uint64(1)) | proven[i])
-    return m, n_joined, moved, n_stale
+    return m, n_joined, moved

@@ -11,7 +11,9 @@ holds the data of a budget of coordinates. Each round (:mod:`solvers.duhl.swaps`
 2. at the same time a host thread refreshes, at the round's start state, stale
    entries of the gap memory: all of them on certifying rounds (the block's
    gaps from last round + the host's = the start state's exact gap), else the
-   oldest that fit ``refresh`` times the device's bytes (the row is an estimate);
+   oldest that fit ``refresh`` times the device's bytes (the row is an estimate).
+   On the CPU with the data in RAM nothing runs beside the host: the refresh
+   comes first, before the selection, which then sees it;
 3. the host swaps in the coordinates with the largest gap memory (or the
    block another policy asks for), copying only coordinates not yet resident.
 

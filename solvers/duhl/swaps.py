@@ -3,7 +3,9 @@
 Each round the device runs epochs on its block (only the block's coordinates with
 a positive gap when ``shrinking``: a working set inside the block) and returns the
 block's gaps at the new state; meanwhile a host thread computes, at the round's
-start state, the gaps of coordinates the memory holds only stale:
+start state, the gaps of coordinates the memory holds only stale (on the CPU with
+the data in RAM, where nothing runs beside the host, before the round's selection,
+which then sees them):
 
 - **certifying rounds** refresh every stale gap: with the block's gaps from the
   last round (also at that state) they give the start state's exact gap, a row
@@ -169,6 +171,17 @@ def provable(problem):
     return {"theta": problem.theta, "norms": np.sqrt(problem.sqnorm), "mu": problem.mu}
 
 
+def refresh_first(solver, problem):
+    """Whether a round refreshes the stale gaps before its selection, which then sees them, rather than
+    beside the round's epochs (the selection seeing gaps a round old): on the CPU with the data in RAM,
+    where nothing runs beside the host, for the Lasso family (coordinates: features). Side by side
+    (pipelines.bench.swap_loop --full, 2026-11-25), time to 1e-6 at memory_budget 0.05 / 0.25 / 0.5, first
+    over beside: the default experiment's Lasso 0.67 at 0.25 (every other round re-chose the block it had
+    just solved: 5 rounds -> 3), dense 5000 x 20000 0.89 / 0.70 / 0.73, w8a 0.97 / 1.15 / 1.12; the
+    classifiers in the dual not: w8a's hinge SVM 1.23 / 1.27 / 1.18 (more epochs, with refresh "all" too)."""
+    return solver.device == "cpu" and not problem.on_disk and not problem.dual_form
+
+
 def solve_with_swaps(solver, problem, rset, a, z, off, rng, trace, t0, iterates):
     """The loop of :class:`solvers.duhl.solver.DuHL` with a resident set ``rset``.
     Returns (status, rounds, (updates, best dual value))."""
@@ -203,6 +216,25 @@ def solve_with_swaps(solver, problem, rset, a, z, off, rng, trace, t0, iterates)
                      bytes_prefetched=rset.bytes_prefetched, **disk_columns())
         return gap
 
+    def refresh_plan(stale, exact):
+        """The stale gaps a round refreshes: all when ``exact``, else the oldest that fit ``ratio``
+        times the bytes the device reads in a round (the last round's)."""
+        if exact:
+            return stale
+        return memory.plan(ratio * (passes * memory.bytes(visit) + block_bytes)) if ratio > 0 else stale[:0]
+
+    def start_row(rnd, st, stale, todo, exact, updates, swaps):
+        """Round ``rnd``'s start row (state st) after the refresh of ``todo``: certified when every
+        stale gap was refreshed (or none was stale). Returns (its gap, whether it converged)."""
+        exact = exact or stale.size == 0
+        gap = record(rnd - 1, st, memory.estimate(), updates, swaps, exact)
+        if not exact:
+            certifier.refreshed(memory.bytes(todo))
+            return gap, False
+        certifier.certified(rnd)
+        return gap, gap <= tol_abs
+
+    fresh_first = refresh_first(solver, problem)
     # gaps at the start state, all known: the first selection and round 0's row
     # refresh "all" computes every gap each round: nothing to prove (and the kernels' values,
     # e.g. a fused multiply-add's 1e-18 where the exact gap is 0, decide the selection)
@@ -224,6 +256,15 @@ def solve_with_swaps(solver, problem, rset, a, z, off, rng, trace, t0, iterates)
 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="duhl-host") as host:
         while status is None:
+            if fresh_first and rnd > 0 and not resident.all():
+                stale = memory.stale()
+                exact = certifier.due(rnd + 1, estimate, memory.bytes(stale))
+                todo = refresh_plan(stale, exact)
+                memory.refresh(todo, *problem.coordinate_gaps(a, z, off, todo, with_s=True))
+                estimate, converged = start_row(rnd + 1, state, stale, todo, exact, updates, swaps)
+                if converged:
+                    status = "converged"
+                    break
             if rnd == 0 or not resident.all():  # all resident: nothing left to choose
                 chosen = policy.select(memory.gaps, resident)
                 if ram_rows:  # a GPU under a RAM tier: the RAM set first, the block is a subset of it
@@ -254,43 +295,32 @@ def solve_with_swaps(solver, problem, rset, a, z, off, rng, trace, t0, iterates)
                 status = solver._stop(updates, n, t0)
                 continue
 
-            stale = memory.stale()
-            stale_bytes = memory.bytes(stale)
-            exact = certifier.due(rnd, estimate, stale_bytes)
-            if exact:
-                todo = stale
-            elif ratio > 0:
-                todo = memory.plan(ratio * (passes * memory.bytes(visit) + block_bytes))
-            else:
-                todo = stale[:0]
-            # the host reads the start state while the device moves on from it (a small
+            # else the host reads the start state while the device moves on from it (a small
             # refresh costs less than a thread hand-off: done here, before the round)
+            beside = not fresh_first or whole
             snapshot = (a.copy(), z.copy(), off.copy())
-            todo_bytes = memory.bytes(todo)
-            if todo_bytes >= INLINE_BYTES:
-                job = host.submit(problem.coordinate_gaps, *snapshot, todo, with_s=True)
-            else:
-                job = _Done(problem.coordinate_gaps(*snapshot, todo, with_s=True))
+            if beside:
+                stale = memory.stale()
+                exact = certifier.due(rnd, estimate, memory.bytes(stale))
+                todo = refresh_plan(stale, exact)
+                if memory.bytes(todo) >= INLINE_BYTES:
+                    job = host.submit(problem.coordinate_gaps, *snapshot, todo, with_s=True)
+                else:
+                    job = _Done(problem.coordinate_gaps(*snapshot, todo, with_s=True))
             # what the next swap will likely bring in travels while the device computes
             upcoming = (policy.peek(memory.gaps, resident, rset.staging_bytes)
                         if rset.staging_bytes and not whole else None)
             done, dev_coords, dev_gaps, dev_s = rset.run_round(state, orders, passes, active=active,
                                                                prefetch=upcoming)
             updates += done
-            memory.refresh(todo, *job.result())
-            # a row for the start state: exact when every stale gap was refreshed (or none was
-            # stale: every gap computed or proven at it)
-            if stale.size or not (whole or end_recorded):
-                exact = exact or stale.size == 0
-                estimate = record(rnd - 1, snapshot, memory.estimate(), start_updates, start_swaps, exact)
-                if exact:
-                    certifier.certified(rnd)
-                    if estimate <= tol_abs:
-                        a[:], z[:], off[:] = snapshot
-                        status = "converged"
-                        break
-                else:
-                    certifier.refreshed(todo_bytes)
+            if beside:
+                memory.refresh(todo, *job.result())
+            if beside and (stale.size or not (whole or end_recorded)):  # a row for the start state
+                estimate, converged = start_row(rnd, snapshot, stale, todo, exact, start_updates, start_swaps)
+                if converged:
+                    a[:], z[:], off[:] = snapshot
+                    status = "converged"
+                    break
             step = np.zeros(2)  # how far u moved (gap_memory.dual_step), and ||z||
             u_norm = _step(snapshot[1], z, problem.c * m * snapshot[2][0], problem.c * m * off[0], centred, step)
             memory.moved(dev_coords, dev_gaps, dev_s, step=step, a=a, u_norm=u_norm)

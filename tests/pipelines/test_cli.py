@@ -107,10 +107,12 @@ def arm_run_started(db):
 
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "kill"])
 def test_interrupted_experiment_ends_every_run_killed(cli, tmp_path, stop):
-    # An arm that would run for a minute: stop it once it is tracked. 600 x 400, not TINY's 120 x 40:
-    # on that one the certified gap reaches exactly 0 (<= any target) within 5 epochs
+    # An arm that would run for a minute: stop it once it is tracked. 600 x 400 in float32, not TINY's 120 x 40
+    # (nor float64: the Lasso's certified gap reaches exactly 0, <= any target, within 10 epochs; float32's
+    # rounding keeps it above 1e-17)
     sized = [o for o in TINY if not o.startswith(("data.n_samples=", "data.n_features="))]
     command = [sys.executable, "-m", "pipelines.experiment", *sized, "data.n_samples=600", "data.n_features=400",
+               "data.dtype=float32",
                f"tracking.uri={cli.uri}",
                f"hydra.run.dir={tmp_path / 'out'}", f"cache_dir={tmp_path / 'cache'}",
                "experiment=single", "experiment.target_rel_gap=1e-300", "experiment.max_time=60",

@@ -234,7 +234,7 @@ def test_proofs_keep_every_certified_gap_valid(case_factory, model, sparse, monk
     real = compiled.run_swap_slice
 
     def grab(*args):
-        seen.append(args[-3])  # proof_arrays: (norms, |mu|, path, at, proven, z scratch)
+        seen.append(args[-4])  # proof_arrays: (norms, |mu|, path, at, proven, z scratch)
         return real(*args)
 
     monkeypatch.setattr(compiled, "run_swap_slice", grab)

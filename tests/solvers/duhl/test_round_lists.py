@@ -1,13 +1,14 @@
 """The compiled swap loop's round pass by lists (round_pass._round_lists: O(k + m) work when the
 last block is listed) and by bits (round_pass._bits_pass: a few coordinates' masks as integers)
 against the round's lists as NumPy states them: the new block, those joining it and their bytes,
-the stale gaps (not resident before, not proven), the resident mask after."""
+the resident mask after; and the stale gaps before the selection (round_pass._stale_runs: not in
+the last block, not proven)."""
 
 import numpy as np
 import pytest
 
 from solvers.duhl.gap_select import FEW
-from solvers.duhl.round_pass import SORT_FEW, _bits_pass, _round_lists
+from solvers.duhl.round_pass import RUNS, SORT_FEW, _bits_pass, _round_lists, _stale_runs
 
 
 def _case(rng, n, m, k, order):
@@ -22,43 +23,57 @@ def _case(rng, n, m, k, order):
     return old, new, resident, keep
 
 
-def _run(old, new, resident, keep, listed, proven, proving, coord_bytes, list_stale):
+def _run(old, new, resident, keep, listed, coord_bytes):
     """_round_lists on copies (the old block listed, ``chosen`` unset for a mask): its returns, the
-    new block, the joined and stale lists, the resident mask after."""
+    new block, the joined list, the resident mask after."""
     n, m, k = keep.shape[0], old.shape[0], new.shape[0]
     block = np.full(n + 1, -7, dtype=np.int64)
     block[:m] = old
     chosen = np.full(n, -7, dtype=np.int64)
     if listed:
         chosen[:k] = new
-    joined, stale, resident = np.full(n, -7, dtype=np.int64), np.full(n + 1, -7, dtype=np.int64), resident.copy()
-    got = _round_lists(keep, chosen, k, listed, resident, proven, proving, coord_bytes, block, m, joined, stale,
-                       list_stale)
-    m_new, n_joined, _, n_stale = got
-    return got, block[:m_new], joined[:n_joined], stale[:n_stale], resident
+    joined, resident = np.full(n, -7, dtype=np.int64), resident.copy()
+    got = _round_lists(keep, chosen, k, listed, resident, coord_bytes, block, m, joined)
+    m_new, n_joined, _ = got
+    return got, block[:m_new], joined[:n_joined], resident
 
 
 @pytest.mark.parametrize("n", [SORT_FEW + 1, 300, 5000])
 @pytest.mark.parametrize("order", ["sorted", "shuffled", "mask"])
-@pytest.mark.parametrize("proving", [False, True])
-def test_round_lists_are_numpys(n, order, proving):
+def test_round_lists_are_numpys(n, order):
     rng = np.random.default_rng(n)
     sizes = [(0, 0), (0, 5), (5, 0), (n, n), (n // 2, n), (3, SORT_FEW), (SORT_FEW, SORT_FEW + 1), (n // 20, n // 20)]
     sizes += [tuple(rng.integers(0, n + 1, 2)) for _ in range(20)]
     for m, k in sizes:
         old, new, resident, keep = _case(rng, n, m, k, order)
-        proven = (rng.random(n) < 0.3) & ~resident if proving else np.zeros(n, dtype=bool)
         coord_bytes = rng.integers(1, 1000, n)
         want_joined = np.flatnonzero(keep & ~resident)
-        want_stale = np.flatnonzero(~resident & ~proven)
-        for list_stale in (False, True):
-            (m_new, n_joined, moved, n_stale), block, joined, stale, after = _run(
-                old, new, resident, keep, order != "mask", proven, proving, coord_bytes, list_stale)
-            assert m_new == k and (block == np.flatnonzero(keep)).all(), (m, k)
-            assert n_joined == want_joined.size and (joined == want_joined).all(), (m, k)
-            assert moved == coord_bytes[want_joined].sum()
-            assert (after == keep).all()
-            assert n_stale == (want_stale.size if list_stale else 0) and (stale == want_stale[:n_stale]).all(), (m, k)
+        (m_new, n_joined, moved), block, joined, after = _run(old, new, resident, keep, order != "mask", coord_bytes)
+        assert m_new == k and (block == np.flatnonzero(keep)).all(), (m, k)
+        assert n_joined == want_joined.size and (joined == want_joined).all(), (m, k)
+        assert moved == coord_bytes[want_joined].sum()
+        assert (after == keep).all()
+
+
+@pytest.mark.parametrize("n", [1, 300, 5000])
+@pytest.mark.parametrize("proving", [False, True])
+def test_the_stale_gaps_are_numpys(n, proving):
+    """_stale_runs: the coordinates outside the last block, unless proven when proving, in order, from
+    the block's runs (a block of at most n / RUNS), a pass over the mask (larger), or with the block
+    not listed (m = -1: a slice's first round)."""
+    rng = np.random.default_rng(n)
+    for m in sorted({0, 1, n // (2 * RUNS), n // RUNS, n // RUNS + 1, n // 2, n, *rng.integers(0, n + 1, 8)}):
+        old = np.sort(rng.choice(n, m, replace=False))
+        resident = np.zeros(n, dtype=bool)
+        resident[old] = True
+        proven = (rng.random(n) < 0.3) & ~resident if proving else np.zeros(n, dtype=bool)
+        want = np.flatnonzero(~resident & ~proven)
+        block = np.full(n + 1, -7, dtype=np.int64)
+        block[:m] = old
+        for listed in (m, -1):
+            stale = np.full(n + 1, -7, dtype=np.int64)
+            n_stale = _stale_runs(block, listed, resident, proven, proving, stale)
+            assert n_stale == want.size and (stale[:n_stale] == want).all(), (m, listed)
 
 
 @pytest.mark.parametrize("n", [SORT_FEW + 1, 301, 5000])
@@ -81,11 +96,11 @@ def test_a_mask_block_that_barely_moved_lists_as_numpy(n):
         keep[flips] = ~keep[flips]
         coord_bytes = rng.integers(1, 1000, n)
         want_joined = np.flatnonzero(keep & ~resident)
-        (m_new, n_joined, moved, n_stale), block, joined, _, after = _run(
-            old, np.flatnonzero(keep), resident, keep, False, np.zeros(n, bool), False, coord_bytes, False)
+        (m_new, n_joined, moved), block, joined, after = _run(old, np.flatnonzero(keep), resident, keep, False,
+                                                               coord_bytes)
         assert m_new == keep.sum() and (block == np.flatnonzero(keep)).all(), trial
         assert n_joined == want_joined.size and (joined == want_joined).all(), trial
-        assert moved == coord_bytes[want_joined].sum() and (after == keep).all() and n_stale == 0, trial
+        assert moved == coord_bytes[want_joined].sum() and (after == keep).all(), trial
 
 
 def _bits(mask):
@@ -93,8 +108,7 @@ def _bits(mask):
 
 
 @pytest.mark.parametrize("n", [1, 10, FEW])
-@pytest.mark.parametrize("proving", [False, True])
-def test_the_round_pass_by_bits_is_numpys(n, proving):
+def test_the_round_pass_by_bits_is_numpys(n):
     """_bits_pass from the new block's and the old one's bits: the same lists, counts and resident mask
     as NumPy's, for blocks of every size from none to all (overlapping, equal, apart)."""
     rng = np.random.default_rng(n)
@@ -103,17 +117,10 @@ def test_the_round_pass_by_bits_is_numpys(n, proving):
         old, new, resident, keep = _case(rng, n, m, k, "mask")
         if trial % 6 == 0:
             keep = resident.copy()  # the same block (the loop does not call it then; the lists still hold)
-        proven = (rng.random(n) < 0.3) & ~resident if proving else np.zeros(n, dtype=bool)
         coord_bytes = rng.integers(1, 1000, n)
         want_joined = np.flatnonzero(keep & ~resident)
-        want_stale = np.flatnonzero(~resident & ~proven)
-        for list_stale in (False, True):
-            block, joined = np.full(n + 1, -7, np.int64), np.full(n, -7, np.int64)
-            stale, after = np.full(n + 1, -7, np.int64), resident.copy()
-            m_new, n_joined, moved, n_stale = _bits_pass(_bits(keep), _bits(resident), after, proven, coord_bytes,
-                                                         block, joined, stale, list_stale)
-            assert m_new == keep.sum() and (block[:m_new] == np.flatnonzero(keep)).all(), trial
-            assert n_joined == want_joined.size and (joined[:n_joined] == want_joined).all(), trial
-            assert moved == coord_bytes[want_joined].sum() and (after == keep).all(), trial
-            assert n_stale == (want_stale.size if list_stale else 0), trial
-            assert (stale[:n_stale] == want_stale[:n_stale]).all(), trial
+        block, joined, after = np.full(n + 1, -7, np.int64), np.full(n, -7, np.int64), resident.copy()
+        m_new, n_joined, moved = _bits_pass(_bits(keep), _bits(resident), after, coord_bytes, block, joined)
+        assert m_new == keep.sum() and (block[:m_new] == np.flatnonzero(keep)).all(), trial
+        assert n_joined == want_joined.size and (joined[:n_joined] == want_joined).all(), trial
+        assert moved == coord_bytes[want_joined].sum() and (after == keep).all(), trial

@@ -265,7 +265,7 @@ def test_stops_at_max_epochs_and_max_time(case_factory, monkeypatch):
     monkeypatch.setattr(duhl_module, "routes", lambda *args: False)
     case = case_factory("hinge", False, np.float64)
     res = _solve(case, memory_budget=0.3, selection="random", tol=0.0, max_epochs=5,
-                 random_state=0)
+                 random_state=0, local_epochs=1)  # a round: one epoch of the block, 0.3 of an epoch
     assert res.status == "max_epochs"
     assert 5 <= res.epochs < 5 + 0.31 + 1e-9     # stops within one round of the cap
     # max_time on noisy labels: the small case reaches a gap of exactly 0 (tol 0) in ~0.1 s, this one
@@ -407,3 +407,36 @@ def test_an_int_or_float_max_epochs_compiles_one_all_resident_loop(case_factory)
     compiled = len(inmemory.run_slice.signatures)
     DuHL(max_epochs=3.0, tol=0.0).solve(problem)
     assert len(inmemory.run_slice.signatures) == compiled
+
+
+@SPARSE
+@pytest.mark.parametrize("model", ["lasso", "enet", "hinge"])
+def test_the_lasso_familys_blocks_come_from_the_start_states_gaps(case_factory, model, sparse, monkeypatch):
+    """On the CPU in RAM the Lasso family's rounds refresh the stale gaps before the selection
+    (swaps.refresh_first): with refresh "all" each round's block is the gap policy's block (np.lexsort's
+    prefix: largest gap first, resident first on ties, that fits the budget) of the exact gaps at its start
+    state, the row before it (but where gaps tie up to rounding). The dual (hinge) keeps the refresh beside the round: its blocks come from
+    gaps a round older, and some differ."""
+    case = case_factory(model, sparse, np.float64)
+    problem = make_problem(go.PROBLEM_NAME[case.model], case.X, case.y, **case.params)
+    spy = Spy(monkeypatch)
+    res = DuHL(memory_budget=0.3, refresh="all", tol=1e-9, max_epochs=300, random_state=1,
+               keep_iterates=1000).solve(problem)
+    assert res.converged and len(spy.assigned) >= 3
+    budget = int(0.3 * problem.coord_bytes.sum())
+    differ = 0
+    for r in range(1, len(spy.assigned)):  # the row r - 1... row r: the start state of round r + 1
+        a = res.iterates[r]
+        z, off = problem.state_from(a)
+        gaps = problem.coordinate_gaps(a, z, off)
+        resident = np.zeros(problem.n_coords, dtype=bool)
+        resident[spy.assigned[r - 1]] = True
+        order = np.lexsort((~resident, -gaps))
+        fits = np.cumsum(problem.coord_bytes[order]) <= budget
+        want = np.sort(order[: np.argmin(fits) if not fits.all() else len(order)])
+        swapped = np.setxor1d(spy.assigned[r], want)  # but ties at rounding's level (1e-15 where the kernels gave 0)
+        differ += gaps[swapped].max(initial=0.0) > 1e-12 * problem.P0
+    if model == "hinge":
+        assert differ > 0
+    else:
+        assert differ == 0
