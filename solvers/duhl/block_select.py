@@ -17,8 +17,10 @@ from solvers.duhl.gap_select import (BIG, MAX_BITS, ZERO_KEY, _boundary, _edge_m
 # Numba's cache keys a function on its own file (numba#1833): the functions here call gap_select's
 _DIGEST = hashlib.sha1((Path(__file__).parent / "gap_select.py").read_bytes()).hexdigest()[:12]
 TOP = 16  # a block of at most this many coordinates (of more than FEW) by one pass keeping the best
-# after a block by the bits that ends among gaps above 0 the next comes by the bits at once, but every PROBE-th
-PROBE = 8  # round (_next_block's shortcuts: on w8a's logistic at budget 0.05 ~12 us of ~130, never answering)
+# after a block by the bits that ends among gaps above 0 the next comes by the bits at once, and after one that
+# ends among the gaps of 0 the next is tried there first (_next_block's hints), but every PROBE-th round asks
+PROBE = 8  # in full (the shortcuts' pass: on w8a's logistic at budget 0.05 ~12 us of ~130, never answering)
+NO_HINT, BY_BITS, AT_ZERO = 0, 1, 2  # how the last block came (_next_block)
 FLOOR_TRIES = 4  # _floor_bits's gaps tried: half the largest, then an eighth of the last, ...
 EXPONENT_ONE = np.int64(1 << 52)  # a float's bits plus this: the float times 2
 INF_BITS = np.int64(0x7FF0000000000000)  # +inf's bits (NaN's are more)
@@ -31,33 +33,40 @@ def _with_digest(fn):
 
 @njit(nogil=True, cache=True, inline="always")
 @_with_digest
-def _next_block(gaps, resident, coord_bytes, budget, keep, m, chosen, keys, cand, shortcuts=True):
-    """The compiled swap loop's gap block: (k, held, listed, above). The resident block again (held
-    when the loop lists it already, ``m`` >= 0; else ``keep`` set to it), the block in ``keep`` (where
-    it ended, or by the bits from BIG coordinates), or in ``chosen[:k]`` (listed). The loop asks
+def _next_block(gaps, resident, coord_bytes, budget, keep, m, chosen, keys, cand, hint=NO_HINT):
+    """The compiled swap loop's gap block: (k, held, listed, how it came). The resident block again
+    (held when the loop lists it already, ``m`` >= 0; else ``keep`` set to it), the block in ``keep``
+    (where it ended, or by the bits from BIG coordinates), or in ``chosen[:k]`` (listed). The loop asks
     few_select._few_block first for a few coordinates (at most FEW), and here only with a NaN gap.
-    ``above``: the block came by the bits (as a mask) and ends among gaps above 0, where the shortcuts
-    (the resident block again, its edge at a gap of 0) did not answer and will likely not next round:
-    without ``shortcuts`` it comes by the bits at once (the same block: they only save time)."""
+    How it came, the ``hint`` for the next round (the same block whatever the hint: it only saves
+    time): BY_BITS, by the bits (as a mask) ending among gaps above 0, where the resident block and its
+    edge at a gap of 0 did not answer and will likely not next round, so the next comes by the bits at
+    once; AT_ZERO, at the gaps of 0 (gap_select._edge_mask), so the next tries there first, without the
+    residents' pass (w8a's dual SVM at budget 0.05: ~12 us of ~60 a round; the loop finds a held block
+    from its lists)."""
     if 0 <= m <= TOP // 2:  # the last block small: this one likely among the TOP best (the loop finds
         k = _top_block(gaps, resident, coord_bytes, budget, chosen, keys, cand)  # whether it is the last)
         if k >= 0:
-            return k, False, True, False
-    if shortcuts or gaps.shape[0] < BIG:
+            return k, False, True, NO_HINT
+    if hint == AT_ZERO:
+        k = _edge_mask(gaps, resident, coord_bytes, budget, ZERO_KEY, keep)
+        if k >= 0:
+            return k, False, False, AT_ZERO
+    if hint != BY_BITS or gaps.shape[0] < BIG:
         low_in, high_out, used = _resident_keys(gaps, resident, coord_bytes)
         if _holds(gaps, resident, coord_bytes, budget, low_in, high_out, used):
             if m >= 0:
-                return m, True, False, False
+                return m, True, False, NO_HINT
             keep[:] = resident
-            return _list(resident, chosen), False, False, False
-        if low_in == ZERO_KEY:  # (see ZERO_KEY)
+            return _list(resident, chosen), False, False, NO_HINT
+        if low_in == ZERO_KEY and hint != AT_ZERO:  # (see ZERO_KEY; tried already with the hint)
             k = _edge_mask(gaps, resident, coord_bytes, budget, low_in, keep)
             if k >= 0:
-                return k, False, False, False
+                return k, False, False, AT_ZERO
     if gaps.shape[0] >= BIG:  # by the bits: the block as a mask (the loop lists it), a list when few
         k, above = _radix_mask(gaps, resident, coord_bytes, budget, keep, chosen, keys, cand)
-        return k, False, False, above
-    return _radix_block(gaps, resident, coord_bytes, budget, chosen, keys, cand), False, True, False
+        return k, False, False, BY_BITS if above else NO_HINT
+    return _radix_block(gaps, resident, coord_bytes, budget, chosen, keys, cand), False, True, NO_HINT
 
 
 @njit(nogil=True, cache=True)

@@ -32,7 +32,7 @@ from solvers.duhl import gram
 from solvers.duhl.compiled_parts import (_block_gaps, _clock, _form, _hand_back, _now, _proof_arrays, _row,
                                          _select, _swap_in, loop_kernel as _loop_kernel)
 from solvers.duhl.few_select import NO_BITS, _few_block, _fit
-from solvers.duhl.block_select import PROBE, _next_block
+from solvers.duhl.block_select import NO_HINT, PROBE, _next_block
 from solvers.duhl.gram import (G_AT, G_COST, G_EPOCHS, G_EVERY, G_ON, G_SINCE, G_START_GAP, G_WORK, _gram_block_end,
                                _gram_epoch, _round_certify)
 from solvers.duhl.gap_memory import MARGIN, ROUNDING, _proven, _step
@@ -133,7 +133,7 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
     model, gram_dots = (mu, c, b, theta, tight, l1, carry_dual), (dots, a_ref, zero_off, gstate)  # (_start_row's)
     proofs, rows = (proving, path, at), (history, iterates)
     n_stale, stale_ready = 0, False  # stale[:n_stale] listed for the round ahead (by the proofs)
-    unread, read_at, above = 1, _now(), False  # above: the last block by the bits ended above 0 (block_select)
+    unread, read_at, hint = 1, _now(), NO_HINT  # how the last block came (block_select._next_block)
     t_start = _clock(timed) if timed else 0.0
     if counters[8] == 2.0:  # row 0: every gap at the start state (none fresh)
         gstate[G_SINCE] = gstate[G_EVERY]  # a data pass: the Gram's dots start there
@@ -169,8 +169,8 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
                 k, held, listed, bits, was = _few_block(gaps, resident, coord_bytes, budget, fit, keep, m, order)
                 by_bits = k >= 0
             if not by_bits:  # more than FEW coordinates, or a NaN gap
-                k, held, listed, above = _next_block(gaps, resident, coord_bytes, budget, keep, m, chosen, keys, order,
-                                                     not above or counters[1] % PROBE == 0)
+                k, held, listed, hint = _next_block(gaps, resident, coord_bytes, budget, keep, m, chosen, keys, order,
+                                                    hint if counters[1] % PROBE else NO_HINT)
         else:
             k = _select(policy, gaps, resident, coord_bytes, budget, picks, int(counters[6]), chosen, order, keys)
         if policy == 1:
@@ -185,7 +185,7 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
                 n_in += resident[chosen[j]]
             held = n_in == k and k == m
         t = _lap(clock, 0, t, timed)
-        n_joined, moved = 0, 0  # the block, those that join it, the resident mask
+        n_joined, moved, m_was = 0, 0, m  # the block, those that join it, the resident mask
         if not held:
             if by_bits:  # its work: the block's and the changes' size (diabetes at budget 0.25: ~30 -> ~15 ns)
                 m, n_joined, moved = _bits_pass(bits, was, resident, coord_bytes, block, joined)
@@ -193,6 +193,7 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
                 m, n_joined, moved = _round_lists(keep, chosen, k, listed, resident, coord_bytes, block, m, joined)
             else:
                 m, n_joined, moved = _round_pass(keep, resident, coord_bytes, block, joined)
+            held = n_joined == 0 and m == m_was  # none joined, as many: the same block (buffers, rows as they were)
         counters[2] += n_joined
         counters[3] += moved
         t = _lap(clock, 6, t, timed)

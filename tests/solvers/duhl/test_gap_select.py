@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from solvers.duhl.few_select import _few_block, _fit, _fit_floor
-from solvers.duhl.block_select import TOP, _floor_bits, _next_block, _radix_mask, _top_block
+from solvers.duhl.block_select import AT_ZERO, BY_BITS, NO_HINT, TOP, _floor_bits, _next_block, _radix_mask, _top_block
 from solvers.duhl.gap_select import BIG, _edge_block, _gap_block, _resident_keys, _same_block, _tie_cut
 
 
@@ -89,8 +89,9 @@ def test_the_block_by_the_bits_as_a_mask_is_the_lexsort_prefix(n):
     """block_select._radix_mask (the loop's from BIG coordinates): its mask, written over a stale one,
     is the lexsort prefix and its size the prefix's, and it says whether the block ends among gaps
     above 0: mostly-zero gaps, ties, NaN and -0.0, gaps over decades with -1e-16s, all equal, and
-    budgets that hold everything or nothing."""
-    seen, chosen = set(), np.empty(n, np.int64)
+    budgets that hold everything or nothing. The loop's _next_block gives that block after every
+    kind of last block (its hint: none, by the bits, at the gaps of 0), and each kind comes."""
+    seen, hints, chosen = set(), set(), np.empty(n, np.int64)
     for trial in range(16):
         rng, gaps, coord_bytes, budget, resident = _random_case(n, trial, zeros=0.9, nans=0.02)
         if trial % 4 == 1:
@@ -109,12 +110,13 @@ def test_the_block_by_the_bits_as_a_mask_is_the_lexsort_prefix(n):
         assert above == (k < n and gaps[order[k]] >= np.finfo(float).tiny), trial  # (a normal float's)
         np.testing.assert_array_equal(np.flatnonzero(keep), expected, str(trial))
         seen.add(above)
-        for shortcuts in (True, False):  # the loop's call, with its shortcuts or without: the same block
+        for hint in (NO_HINT, BY_BITS, AT_ZERO):  # the loop's call after each kind of block: the same block
             keep[:] = resident
-            k, held, listed, _ = _next_block(gaps, resident, coord_bytes, budget, keep, -1, chosen,
-                                             np.empty(n, np.uint64), np.empty(n, np.int64), shortcuts)
+            k, held, listed, came = _next_block(gaps, resident, coord_bytes, budget, keep, -1, chosen,
+                                                np.empty(n, np.uint64), np.empty(n, np.int64), hint)
             np.testing.assert_array_equal(np.sort(chosen[:k]) if listed else np.flatnonzero(keep), expected)
-    assert seen == {True, False}
+            hints.add(came)
+    assert seen == {True, False} and hints == {NO_HINT, BY_BITS, AT_ZERO}, hints
 
 
 @pytest.mark.parametrize("n", [1, 40, 700, 5000])
