@@ -103,8 +103,9 @@ def _lap_cost(laps):
 
 
 # clock readings a round takes per part (compiled_swaps.run_swap_slice): "other" the reading that starts the
-# round, the rest a lap each
-LAPS = np.array([1, 1, 1, 1, 1, 1, 1, 1])
+# round, the rest a lap each but "block lists", two (the stale gaps' list at the round's start, the block's
+# after the selection; the first round has one: ~10 ns, one lap, over a whole solve)
+LAPS = np.array([1, 1, 1, 1, 1, 1, 2, 1])
 
 
 def round_parts(problem, repeats, share):
