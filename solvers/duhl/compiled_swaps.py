@@ -153,13 +153,13 @@ def run_swap_slice(A, B, row_coord, pos, coord_bytes, budget, policy, a, z, off,
             elif not stale_ready:  # (else listed by the last round's proofs)
                 n_stale = _stale_runs(block, m, resident, proven, proving, stale)
             t = _lap(clock, 6, t, timed)
-        if counters[8] == 0.0 and first:  # (the plan: in the stale gaps' part)
-            gap, full = _start_row(counters[1] + 1, A, G, everyone, stale[:n_stale], fresh, a, z, off, model, gaps, s,
-                                   counters, gram_dots, out_g, out_s, tol_abs, auto, coord_bytes, joined, proofs, rows,
-                                   resident)
-            t = _lap(clock, 2, t, timed)
-            if full and gap <= tol_abs:
-                return _lap_total(clock, 1, t_start, timed)
+            if first:  # (the plan: in the stale gaps' part)
+                gap, full = _start_row(counters[1] + 1, A, G, everyone, stale[:n_stale], fresh, a, z, off, model, gaps,
+                                       s, counters, gram_dots, out_g, out_s, tol_abs, auto, coord_bytes, joined, proofs,
+                                       rows, resident)
+                t = _lap(clock, 2, t, timed)
+                if full and gap <= tol_abs:
+                    return _lap_total(clock, 1, t_start, timed)
         # the block as the mask ``keep`` or the list ``chosen``; ``held``: the block that stayed
         # (block[:m], the resident mask, the buffers as they were: most rounds of w8a's dual SVM)
         held, listed = False, True

@@ -216,12 +216,16 @@ def solve_with_swaps(solver, problem, rset, a, z, off, rng, trace, t0, iterates)
                      bytes_prefetched=rset.bytes_prefetched, **disk_columns())
         return gap
 
-    def refresh_plan(stale, exact):
-        """The stale gaps a round refreshes: all when ``exact``, else the oldest that fit ``ratio``
-        times the bytes the device reads in a round (the last round's)."""
+    def refresh_plan(rnd):
+        """The stale gaps, whether round ``rnd`` refreshes them all (a certificate), and those it
+        refreshes: all, or the oldest that fit ``ratio`` times the bytes the device reads in a round
+        (the last round's)."""
+        stale = memory.stale()
+        exact = certifier.due(rnd, estimate, memory.bytes(stale))
         if exact:
-            return stale
-        return memory.plan(ratio * (passes * memory.bytes(visit) + block_bytes)) if ratio > 0 else stale[:0]
+            return stale, exact, stale
+        todo = memory.plan(ratio * (passes * memory.bytes(visit) + block_bytes)) if ratio > 0 else stale[:0]
+        return stale, exact, todo
 
     def start_row(rnd, st, stale, todo, exact, updates, swaps):
         """Round ``rnd``'s start row (state st) after the refresh of ``todo``: certified when every
@@ -257,9 +261,7 @@ def solve_with_swaps(solver, problem, rset, a, z, off, rng, trace, t0, iterates)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="duhl-host") as host:
         while status is None:
             if fresh_first and rnd > 0 and not resident.all():
-                stale = memory.stale()
-                exact = certifier.due(rnd + 1, estimate, memory.bytes(stale))
-                todo = refresh_plan(stale, exact)
+                stale, exact, todo = refresh_plan(rnd + 1)
                 memory.refresh(todo, *problem.coordinate_gaps(a, z, off, todo, with_s=True))
                 estimate, converged = start_row(rnd + 1, state, stale, todo, exact, updates, swaps)
                 if converged:
@@ -300,9 +302,7 @@ def solve_with_swaps(solver, problem, rset, a, z, off, rng, trace, t0, iterates)
             beside = not fresh_first or whole
             snapshot = (a.copy(), z.copy(), off.copy())
             if beside:
-                stale = memory.stale()
-                exact = certifier.due(rnd, estimate, memory.bytes(stale))
-                todo = refresh_plan(stale, exact)
+                stale, exact, todo = refresh_plan(rnd)
                 if memory.bytes(todo) >= INLINE_BYTES:
                     job = host.submit(problem.coordinate_gaps, *snapshot, todo, with_s=True)
                 else:
