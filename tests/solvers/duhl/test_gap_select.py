@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from solvers.duhl.few_select import _few_block, _fit, _fit_floor
-from solvers.duhl.block_select import AT_ZERO, BY_BITS, NO_HINT, TOP, _floor_bits, _next_block, _radix_mask, _top_block
-from solvers.duhl.gap_select import BIG, _edge_block, _gap_block, _resident_keys, _same_block, _tie_cut
+from solvers.duhl.block_select import (AT_ZERO, BY_BITS, FLOOR_SHARE, NO_HINT, TOP, _floor_bits, _floor_block,
+                                       _next_block, _radix_mask, _top_block)
+from solvers.duhl.gap_select import BIG, _bit_length, _edge_block, _gap_block, _resident_keys, _same_block, _tie_cut
 
 
 def _prefix(gaps, resident, coord_bytes, budget):
@@ -264,11 +265,69 @@ def test_a_small_block_kept_in_one_pass_is_the_lexsort_prefix(n):
     assert answered >= 20 and floors == {True, False}
 
 
+@pytest.mark.parametrize("n", [40, 569, 5000])
+def test_the_block_from_a_floor_is_the_lexsort_prefix_in_coordinate_order(n):
+    """_floor_block (the loop's block below BIG coordinates when it is at most a FLOOR_SHARE-th of
+    the bytes): it answers exactly when _floor_bits finds a floor, with the lexsort prefix, in
+    coordinate order when the candidates (the gaps at or above the floor) are at most half the
+    coordinates; gaps over decades (a logistic's), repeated, zeros, -0.0, a rounding's negatives,
+    +inf, NaN (no floor); budgets from one coordinate to a quarter of the bytes (past FLOOR_SHARE:
+    none). The loop's _next_block gives that block after a block by the bits (no residents' pass)
+    or none, and says it came by the bits when the floor answered."""
+    answered, ordered, refused = 0, 0, 0
+    for trial in range(60):
+        rng = np.random.default_rng(2000 + trial)
+        gaps = 10.0 ** rng.uniform(-12 if trial % 2 else -3, 0, n)
+        kind = rng.random(n)
+        gaps[kind < 0.05] = 0.0
+        rounding = (kind >= 0.05) & (kind < 0.08)
+        gaps[rounding] = -rng.uniform(0, 3e-16, n)[rounding]
+        gaps[(kind >= 0.08) & (kind < 0.1)] = -0.0
+        if trial % 5 == 2:  # repeated values: ties across the residents
+            gaps = rng.choice(gaps, n)
+        if trial % 7 == 3:
+            gaps[rng.integers(n)] = np.inf
+        if trial % 9 == 4:
+            gaps[rng.integers(n)] = np.nan
+        coord_bytes = rng.integers(1, 100, n) if trial % 2 else np.full(n, 240)
+        budget = int(coord_bytes.sum() * [1 / n, 0.01, 0.05, 0.12, 0.25][trial % 5])
+        resident = rng.random(n) < 0.1
+        expected = _prefix(gaps, resident, coord_bytes, budget)
+        chosen, keys, cand = np.empty(n, np.int64), np.empty(n, np.uint64), np.empty(n, np.int64)
+        k = _floor_block(gaps, resident, coord_bytes, budget, chosen, keys, cand)
+        floor = _floor_bits(gaps, coord_bytes, budget, FLOOR_SHARE)
+        assert (k >= 0) == (floor > 0), trial
+        if k < 0:
+            refused += 1
+        else:
+            answered += 1
+            np.testing.assert_array_equal(np.sort(chosen[:k]), expected, str(trial))
+            if 2 * np.count_nonzero(gaps >= np.array([floor]).view(np.float64)[0]) <= n:
+                ordered += 1
+                np.testing.assert_array_equal(chosen[:k], expected, str(trial))
+        for hint in (NO_HINT, BY_BITS):
+            keep = rng.random(n) < 0.5
+            k, held, listed, came = _next_block(gaps, resident, coord_bytes, budget, keep, -1, chosen, keys, cand,
+                                                hint)
+            np.testing.assert_array_equal(np.sort(chosen[:k]) if listed else np.flatnonzero(keep), expected)
+            assert came == BY_BITS or floor == 0 or hint == NO_HINT, trial
+    assert answered >= 20 and ordered >= 15 and refused >= 10, (answered, ordered, refused)
+
+
+def test_the_bit_length_is_pythons():
+    """gap_select._bit_length (by the leading zeros) against int.bit_length: 0, powers of two, all ones."""
+    rng = np.random.default_rng(0)
+    values = [0, 1, 2, 3, 255, 256, 1 << 52, (1 << 63) - 1, 1 << 63, (1 << 64) - 1]
+    values += [int(v) for v in rng.integers(0, 1 << 62, 20, dtype=np.int64) >> rng.integers(0, 62, 20)]
+    for v in values:
+        assert _bit_length(np.uint64(v)) == v.bit_length(), v
+
+
 @pytest.mark.parametrize("n", [40, 300])
 def test_the_floor_is_a_gap_the_whole_block_has_and_its_bytes_pass_the_budget(n):
     """_floor_bits: 0 (none), or the bits of a positive float f with every coordinate of the lexsort
     prefix at a gap >= f and the bytes of the gaps >= f past the budget; f is half the largest
-    gap, or an eighth of that, ...; none when no gap is positive, or one is NaN."""
+    gap, a quarter, ... (1/4096 the last); none when no gap is positive, or one is NaN."""
     found = 0
     for trial in range(80):
         rng, gaps, coord_bytes, budget, resident = _random_case(n, trial, zeros=0.5, nans=0.1)
@@ -286,7 +345,7 @@ def test_the_floor_is_a_gap_the_whole_block_has_and_its_bytes_pass_the_budget(n)
             continue
         found += 1
         f = np.array([bits]).view(np.float64)[0]
-        assert np.log2(real.max() / f) in (1, 4, 7, 10), trial
+        assert np.log2(real.max() / f) in range(1, 13), trial
         assert coord_bytes[gaps >= f].sum() > budget, trial
         assert (gaps[_prefix(gaps, resident, coord_bytes, budget)] >= f).all(), trial
     assert found >= 40
