@@ -44,9 +44,12 @@ def _stale_runs(block, m, resident, proven, proving, stale):
     their count."""
     n, n_stale, start = proven.shape[0], 0, 0
     if m < 0 or m * RUNS > n:  # short runs: a loop each costs more than a pass
-        for i in range(n):
+        for i in range(n if proving else 0):
             stale[n_stale] = i
             n_stale += not (resident[i] | proven[i])
+        for i in range(0 if proving else n):  # (no proofs: the mask alone, ~0.26 -> ~0.2 us over 569)
+            stale[n_stale] = i
+            n_stale += not resident[i]
         return n_stale
     for j in range(m + 1):
         end = block[j] if j < m else n
