@@ -3,7 +3,7 @@ it (np.lexsort's prefix that fits the budget), by the cheapest way that answers 
 ranks, in solvers.duhl.few_select, called by the loop first): a small block (the last one at most TOP / 2) among
 the TOP best of the order, from a floor (_top_block); the resident block again (gap_select._holds); where the
 last block ended, at a gap of 0 (gap_select._edge_mask); else by the bits (from gap_select.BIG coordinates
-as a mask: _radix_mask)."""
+as a mask: _radix_mask; below, from a floor when the block is small: _floor_block)."""
 
 import hashlib
 from pathlib import Path
@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 from numba import njit
 
-from solvers.duhl.gap_select import (BIG, MAX_BITS, MIN_LEVEL_BITS, ZERO_KEY, _bit_length, _boundary, _edge_mask, _holds, _key, _list,
-                                     _radix_block, _radix_levels, _resident_keys, _take)
+from solvers.duhl.gap_select import (BIG, MAX_BITS, MIN_LEVEL_BITS, ZERO_KEY, _bit_length, _boundary, _edge_mask,
+                                     _holds, _key, _list, _radix_block, _radix_levels, _resident_keys, _take)
 
 # Numba's cache keys a function on its own file (numba#1833): the functions here call gap_select's
 _DIGEST = hashlib.sha1((Path(__file__).parent / "gap_select.py").read_bytes()).hexdigest()[:12]
@@ -151,9 +151,9 @@ def _floor_block(gaps, resident, coord_bytes, budget, chosen, keys, cand):
     branch-free, in ``cand``) by the keys' bits (gap_select._radix_levels), in coordinate order when
     they are at most half the coordinates (the loop's lists then sort nothing: breast cancer's ~28,
     ~0.25 us a round), its size; -1 (none found) when it is more than a FLOOR_SHARE-th of the bytes,
-    or its gaps span more than _floor_bits's floors. Breast cancer's dual logistic at budget 0.05 (569 coordinates, ~28 in
-    the block, ~50 from the floor): ~1.0 us a call, where _radix_block's first level over every
-    coordinate took ~1.8."""
+    or its gaps span more than _floor_bits's floors. Breast cancer's dual logistic at budget 0.05
+    (569 coordinates, ~28 in the block, ~50 from the floor): ~1.0 us a call on recorded states,
+    where _radix_block's first level over every coordinate took ~1.8."""
     floor = _floor_bits(gaps, coord_bytes, budget, FLOOR_SHARE)
     if floor <= 0:
         return -1
@@ -171,9 +171,9 @@ def _floor_block(gaps, resident, coord_bytes, budget, chosen, keys, cand):
     n, marked = ib.shape[0], ~np.uint64(0)  # (no gap's key: see _key)
     if 2 * m <= n:  # the candidates in coordinate order, kept
         cand[n - m:] = cand[:m]
-    hist = np.empty(1 << min(MAX_BITS, max(MIN_LEVEL_BITS, _bit_length(np.uint64(m)) - 2)), np.int64)  # (_radix_levels' first)
+    hist = np.empty(1 << min(MAX_BITS, max(MIN_LEVEL_BITS, _bit_length(np.uint64(m)) - 2)), np.int64)  # (level 1's)
     k = _radix_levels(keys, cand, m, low, high, hist, budget, coord_bytes, resident, chosen, 0, resident[:0], False)
-    if 2 * m <= n:  # the block in coordinate order (the loop's lists then sort nothing): marked, from the candidates
+    if 2 * m <= n:  # the block in coordinate order (the loop's lists sort nothing): marked, from the candidates
         for j in range(k):
             keys[chosen[j]] = marked
         k = 0
