@@ -144,6 +144,17 @@ def _floor_bits(gaps, coord_bytes, budget, share=1):
     return np.int64(0)
 
 
+@njit(nogil=True, cache=True, inline="always")
+def _at_or_above(gaps, floor, out):
+    """The coordinates whose gaps' bits are at or above ``floor`` (_floor_bits's) into ``out``, in
+    order, branch-free (which ones is unpredictable); their count."""
+    ib, m = gaps.view(np.int64), 0
+    for i in range(ib.shape[0]):
+        out[m] = i
+        m += ib[i] >= floor
+    return m
+
+
 @njit(nogil=True, cache=True)
 @_with_digest
 def _floor_block(gaps, resident, coord_bytes, budget, chosen, keys, cand):
@@ -157,18 +168,15 @@ def _floor_block(gaps, resident, coord_bytes, budget, chosen, keys, cand):
     floor = _floor_bits(gaps, coord_bytes, budget, FLOOR_SHARE)
     if floor <= 0:
         return -1
-    ib, bits = gaps.view(np.int64), gaps.view(np.uint64)
-    m = 0
-    for i in range(ib.shape[0]):
-        cand[m] = i
-        m += ib[i] >= floor
+    bits = gaps.view(np.uint64)
+    m = _at_or_above(gaps, floor, cand)
     low, high = ~np.uint64(0), np.uint64(0)
     for t in range(m):
         i = cand[t]
         u = _key(bits[i], gaps[i])
         keys[i] = u
         low, high = min(low, u), max(high, u)
-    n, marked = ib.shape[0], ~np.uint64(0)  # (no gap's key: see _key)
+    n, marked = gaps.shape[0], ~np.uint64(0)  # (no gap's key: see _key)
     if 2 * m <= n:  # the candidates in coordinate order, kept
         cand[n - m:] = cand[:m]
     hist = np.empty(1 << min(MAX_BITS, max(MIN_LEVEL_BITS, _bit_length(np.uint64(m)) - 2)), np.int64)  # (level 1's)
@@ -216,12 +224,7 @@ def _top_block(gaps, resident, coord_bytes, budget, chosen, keys, cand):
     floor = _floor_bits(gaps, coord_bytes, budget)
     filled = 0
     if floor > 0:
-        ib = gaps.view(np.int64)
-        m = 0
-        for i in range(n):
-            chosen[m] = i
-            m += ib[i] >= floor
-        for t in range(m):
+        for t in range(_at_or_above(gaps, floor, chosen)):
             i = chosen[t]
             filled = _keep_top(i, _key(bits[i], gaps[i]), resident, keys, cand, filled)
     else:
