@@ -12,7 +12,7 @@ from sklearn.utils.multiclass import type_of_target
 
 from solvers.distbelief.models import CLASSIFIERS as DISTBELIEF_CLASSIFIERS
 from solvers.glm.models import MODELS
-from solvers.duhl.on_disk import OnDisk
+from solvers.storage.on_disk import OnDisk
 from solvers.glm.problems import make_problem, make_problem_on_disk
 from tasks.data import DataError
 from tasks.data.rows import features, sample_major

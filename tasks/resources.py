@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from solvers.duhl.disk import DiskMatrix, aligned_empty
+from solvers.storage.reader import DiskMatrix, aligned_empty
 
 
 def _proc_field(path: str, name: str, scale: int = 1) -> float:

@@ -15,7 +15,7 @@ def pytest_configure(config):
     the disk tier's tests need a file system with O_DIRECT and real reads."""
     if config.option.basetemp or os.environ.get("PYTEST_XDIST_WORKER"):
         return
-    from solvers.duhl.disk_files import RAM_FILE_SYSTEMS, fs_type
+    from solvers.storage.files import RAM_FILE_SYSTEMS, fs_type
 
     if fs_type(tempfile.gettempdir()) in RAM_FILE_SYSTEMS and fs_type(ROOT) not in RAM_FILE_SYSTEMS:
         config.option.basetemp = str(ROOT / ".pytest-tmp")

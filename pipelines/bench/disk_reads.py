@@ -14,7 +14,7 @@ holds them (never made or checked here unless missing: a check reads every byte)
 
 Per store: the cold sequential rate (tasks.resources.cold_read_bandwidth: the number the
 experiments print beside their arms), then per pattern and per reader setting the rate of
-reading a set of ``--set-mb`` of coordinates through solvers.duhl.disk.DiskMatrix (O_DIRECT: no
+reading a set of ``--set-mb`` of coordinates through solvers.storage.reader.DiskMatrix (O_DIRECT: no
 page cache). Every trial also reads 64 MB of adjacent coordinates at a random place as
 cold_read_bandwidth reads them (DiskMatrix's defaults): the disk's sequential rate at that
 moment, the denominator of the shares (one measurement at the start is at the mercy of a
@@ -47,7 +47,7 @@ from omegaconf import OmegaConf
 from pipelines.bench.common import print_table
 from pipelines.config import register_configs
 from pipelines.tracking import PROJECT_ROOT
-from solvers.duhl.disk import DiskMatrix, aligned_empty
+from solvers.storage.reader import DiskMatrix, aligned_empty
 from tasks.data import load_dataset, resolve_path
 from tasks.data.cache import cache_key
 from tasks.problems import on_disk_path

@@ -1,7 +1,7 @@
 """Disk -> RAM -> GPU (`make bench-gpu-disk`, needs a CUDA GPU): DuHL on a dense Lasso whose X
 lives in a .npy on disk (the dataset cache's synthetic_dense, made once, a block of columns at a
 time), with a RAM tier of ``--host-budget`` and a GPU block of ``--memory-budget`` (both chosen
-by the gaps; solvers.duhl.ram_tier), against the file streamed through the same tiers in order
+by the gaps; solvers.storage.ram_tier), against the file streamed through the same tiers in order
 (sequential) and the CPU's disk tier (the RAM block is the device, as `make out-of-core` runs it).
 
 Prints the disk's cold read bandwidth measured here, then per arm: status, time to the target

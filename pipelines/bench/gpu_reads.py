@@ -1,7 +1,7 @@
 """Disk -> GPU reads (needs a CUDA GPU; kvikio optional): a gap-chosen set of coordinates of a
 coordinate-major .npy read into GPU memory two ways, side by side on the same sets:
 
-- ``ours``: solvers.duhl.disk.DiskMatrix (O_DIRECT, its threads) into page-locked host memory,
+- ``ours``: solvers.storage.reader.DiskMatrix (O_DIRECT, its threads) into page-locked host memory,
   then one host -> device copy: what the disk tier and the RAM tier do today;
 - ``kvikio``: kvikio's CuFile.pread straight into device memory (GPUDirect Storage where the
   machine has it; in kvikio's compatibility mode, its own POSIX threads and bounce buffers),
@@ -27,7 +27,7 @@ import numpy as np
 
 from pipelines.bench.common import print_table
 from solvers.duhl.devices import NoCudaDevice, check_device
-from solvers.duhl.disk import DiskMatrix, aligned_empty, write_coordinate_major
+from solvers.storage.reader import DiskMatrix, aligned_empty, write_coordinate_major
 from tasks.resources import cold_read_bandwidth
 
 

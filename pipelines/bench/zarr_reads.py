@@ -4,7 +4,7 @@ of the coordinates of a dense Lasso's X, cold, from the layouts a user could han
     nice .venv/bin/python -m pipelines.bench.zarr_reads [--n-samples 10000 --n-features 3750 --repeats 5]
 
 Writes one float64 Gaussian X (300 MB by default) a block of columns at a time as: the dataset
-cache's ``X.npy`` (Fortran order, data at 4096 bytes), read by solvers.duhl.disk.DiskMatrix
+cache's ``X.npy`` (Fortran order, data at 4096 bytes), read by solvers.storage.reader.DiskMatrix
 (O_DIRECT, 8 MiB requests on 4 threads) and by ``np.memmap`` fancy indexing; and zarr v3 stores
 with a chunk per block of 1, 8 or 64 columns (full height), each uncompressed and Blosc
 (lz4, byte shuffle), read with zarr's orthogonal selection (its defaults: async, 10 chunks at a
@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from pipelines.bench.common import print_table
-from solvers.duhl.disk import DiskMatrix, aligned_empty, write_coordinate_major
+from solvers.storage.reader import DiskMatrix, aligned_empty, write_coordinate_major
 
 
 def drop(path: Path) -> None:

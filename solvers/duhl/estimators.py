@@ -14,7 +14,7 @@ warns with scikit-learn's ``ConvergenceWarning``, naming the gap reached.
 **Data on disk**: ``fit(X, y)`` with X an .npy memory map (``np.load(path, mmap_mode="r")``)
 or the path of an .npy, and ``host_budget`` (bytes of RAM for the data: a share such as 0.25,
 or a size such as "2GB"), trains from the file through the disk tier
-(:mod:`solvers.duhl.on_disk`: coordinates read past the page cache, the block in RAM): the
+(:mod:`solvers.storage.on_disk`: coordinates read past the page cache, the block in RAM): the
 array is never loaded whole. The Lasso family reads features, so its file is in Fortran order
 (each column one run on disk); the classifiers read samples (C order) and take
 ``fit_intercept=False`` (the file holds no intercept column). A path with ``host_budget=None``
@@ -22,7 +22,7 @@ is read into RAM once (refused when it does not fit); a memory map with ``host_b
 is an in-memory array, as in scikit-learn. ``history_`` then has ``bytes_disk`` and
 ``disk_s``, the bytes read from disk and the seconds spent reading them. ``predict``,
 ``decision_function`` and ``score`` take such a path or memory map too (either order), read a
-64 MB buffer at a time past the page cache (:func:`solvers.duhl.on_disk.linear_scores`).
+64 MB buffer at a time past the page cache (:func:`solvers.storage.on_disk.linear_scores`).
 """
 
 import mmap
@@ -37,9 +37,9 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
-from solvers.duhl.disk import DiskMatrix
-from solvers.duhl.disk_files import read_npy_header
-from solvers.duhl.on_disk import OnDisk, linear_scores
+from solvers.storage.reader import DiskMatrix
+from solvers.storage.files import read_npy_header
+from solvers.storage.on_disk import OnDisk, linear_scores
 from solvers.duhl.solver import DuHL
 from solvers.glm.checks import check_params
 from solvers.glm.problems import make_problem, make_problem_on_disk

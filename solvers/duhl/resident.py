@@ -13,7 +13,7 @@ import scipy.sparse as sp
 
 from solvers.duhl.budget import split_budget, unit_bytes
 from solvers.duhl.devices import free_device_bytes, make_device
-from solvers.duhl.disk import aligned_empty
+from solvers.storage.reader import aligned_empty
 from solvers.kernels import cpu
 
 

@@ -31,8 +31,8 @@ import numpy as np
 from solvers.duhl.budget import parse_budget, split_budget
 from solvers.duhl.compiled_swaps import routes, solve_compiled_swaps
 from solvers.duhl.inmemory import solve_in_memory
-from solvers.duhl.on_disk import DEFAULT_BUFFER_BYTES, available_ram
-from solvers.duhl.ram_tier import RamTier
+from solvers.storage.on_disk import DEFAULT_BUFFER_BYTES, available_ram
+from solvers.storage.ram_tier import RamTier
 from solvers.duhl.resident import make_resident_set
 from solvers.duhl.swaps import MAX_PASSES_PER_ROUND, solve_with_swaps
 from solvers.glm.checks import check_params
@@ -96,7 +96,7 @@ class DuHL:
         the RAM the data may use, as a share of its bytes or a size such as
         "2GB", read buffers included; None loads it all into RAM (refused when
         it does not fit). With device="cpu" the RAM tier is the block; with a
-        GPU (solvers.duhl.ram_tier) the RAM tier holds the GPU block's
+        GPU (solvers.storage.ram_tier) the RAM tier holds the GPU block's
         coordinates and those of largest gap, and ``memory_budget`` (at most the
         RAM tier; None: as large as it) sizes the GPU block.
     keep_iterates : int >= 0
@@ -229,7 +229,7 @@ class DuHL:
 
     def _gpu_under_ram_tier(self, problem, host):
         """Data on disk, a GPU: ``host`` bytes of RAM (read buffers included) hold the GPU
-        block's coordinates and the largest gaps (solvers.duhl.ram_tier); memory_budget sizes
+        block's coordinates and the largest gaps (solvers.storage.ram_tier); memory_budget sizes
         the GPU block, at most the RAM tier (None: as large as it)."""
         row = problem.A.shape[1] * problem.A.itemsize
         buffer = max(2 * row, min(DEFAULT_BUFFER_BYTES, host // 8) // row * row)

@@ -37,7 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from solvers.duhl.gap_memory import GapMemory, _step
-from solvers.duhl.ram_tier import RamTier, ram_choice
+from solvers.storage.ram_tier import RamTier, ram_choice
 from solvers.duhl.selection import Policy, stream
 from solvers.glm.models import shrink_cut
 

@@ -54,7 +54,7 @@ class Problem:
 
     @property
     def on_disk(self):
-        """Whether A lives on disk (solvers.duhl.on_disk.OnDisk), read a set of coordinates at a time."""
+        """Whether A lives on disk (solvers.storage.on_disk.OnDisk), read a set of coordinates at a time."""
         return getattr(self.A, "on_disk", False)
 
     def in_memory(self):
@@ -225,7 +225,7 @@ def _regression_from(model, A, y, params, n, d, sums, sq):
 
 def make_problem_on_disk(name, data, y, row_stats=None, owner=None, **params):
     """A :class:`Problem` whose coordinate data stay on disk (``data``: a
-    solvers.duhl.on_disk.OnDisk). Regression models: ``data`` holds X^T, (n_features,
+    solvers.storage.on_disk.OnDisk). Regression models: ``data`` holds X^T, (n_features,
     n_samples), a feature per coordinate; ``row_stats`` = (sum, sum of squares) of each
     feature. Classifiers (solved in the dual): ``data`` holds X itself, (n_samples,
     n_features) in C order, a sample per coordinate, read with the labels' signs applied

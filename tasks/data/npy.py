@@ -1,6 +1,6 @@
 """A user's own dense data (``data=npy``): an (n_samples, n_features) ``.npy`` and its target,
 brought into the cache's layout (``X.npy`` in Fortran order: each feature one contiguous run,
-what :class:`solvers.duhl.disk.DiskMatrix` reads for the arms with a ``host_budget``) without
+what :class:`solvers.storage.reader.DiskMatrix` reads for the arms with a ``host_budget``) without
 ever holding the file in RAM.
 
 - **In place**: a Fortran-order float32 / float64 file of the configured dtype whose data
@@ -36,8 +36,8 @@ from typing import Dict, Optional
 import numpy as np
 import xxhash
 
-from solvers.duhl.disk import DiskMatrix, aligned_empty, write_coordinate_major
-from solvers.duhl.disk_files import HEADER_BYTES, PAGE, npy_header, read_npy_header
+from solvers.storage.reader import DiskMatrix, aligned_empty, write_coordinate_major
+from solvers.storage.files import HEADER_BYTES, PAGE, npy_header, read_npy_header
 from tasks.data.configs import NpyData, resolve_path
 from tasks.data.errors import DataError
 from tasks.data.makers import ProgressFn, binary_target

@@ -18,7 +18,7 @@ contiguous run, for the Lasso family). :func:`sample_major` returns the entry's
   from before is written again, once).
 
 The file holds X as it is, not y_i x_i: the labels' signs are applied as rows are read
-(solvers.duhl.disk.DiskMatrix's ``scale``), so one copy serves every classifier and any
+(solvers.storage.reader.DiskMatrix's ``scale``), so one copy serves every classifier and any
 labelling of the same X. A dataset already in C order (a user's own file) is used as it is.
 """
 
@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 import xxhash
 
-from solvers.duhl.disk_files import aligned_width, npy_header, read_npy_header, write_coordinate_major
+from solvers.storage.files import aligned_width, npy_header, read_npy_header, write_coordinate_major
 from tasks.data.cache import _describe
 from tasks.data.errors import DataError
 

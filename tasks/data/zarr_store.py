@@ -1,6 +1,6 @@
 """A user's own zarr array (``data=zarr``): an (n_samples, n_features) zarr v3 (or v2) array in a
 local store and its target, converted into the cache's layout (``X.npy`` in Fortran order, its
-data at 4096 bytes: what :class:`solvers.duhl.disk.DiskMatrix` reads) a tile of the store's own
+data at 4096 bytes: what :class:`solvers.storage.reader.DiskMatrix` reads) a tile of the store's own
 chunks at a time, never whole in RAM.
 
 - **Tiles follow the chunks**: full-height bands of column chunks when a band of the store's
@@ -34,7 +34,7 @@ from typing import Dict, Optional
 import numpy as np
 import xxhash
 
-from solvers.duhl.disk_files import HEADER_BYTES, PAGE, npy_header, read_npy_header
+from solvers.storage.files import HEADER_BYTES, PAGE, npy_header, read_npy_header
 from tasks.data import npy
 from tasks.data.configs import ZarrData, resolve_path
 from tasks.data.errors import DataError

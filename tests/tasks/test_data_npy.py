@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from sklearn.linear_model import Lasso
 
-from solvers.duhl.disk import write_coordinate_major
+from solvers.storage.reader import write_coordinate_major
 from solvers.duhl.solver import DuHL
 from tasks.data import DataError, NpyData, cache_key, load_dataset, validate_data_config
 from tasks.data import npy

@@ -14,14 +14,14 @@ import numpy as np
 import pytest
 from sklearn.svm import LinearSVC
 
-from solvers.duhl.disk import DiskMatrix, aligned_empty, write_coordinate_major
-from solvers.duhl.disk_files import read_npy_header
+from solvers.storage.reader import DiskMatrix, aligned_empty, write_coordinate_major
+from solvers.storage.files import read_npy_header
 from solvers.duhl.solver import DuHL
 from tasks.data import DataError, SphereData, SyntheticDenseData, cache, checksum, load_dataset, read_cached
 from tasks.data.cache import _describe
 from tasks.data.rows import ROWS_FILE, features, sample_major, transpose
 from tasks.problems import build_problem_on_disk, coordinate_stats, labels_for
-from tests.solvers.duhl.test_disk import resident_bytes
+from tests.solvers.storage.test_reader import resident_bytes
 
 CFG = SyntheticDenseData(n_samples=1003, n_features=77, n_informative=5)
 WIDE = SyntheticDenseData(n_samples=200, n_features=500, n_informative=5)  # rows of 4000 bytes: padded to 4096

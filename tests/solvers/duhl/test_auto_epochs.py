@@ -66,8 +66,8 @@ def test_the_default_on_disk_runs_one_epoch_a_round(tmp_path, monkeypatch):
     gets: its reads "as the disk allows" depend on timing, so no two traces need agree); a number
     given is kept."""
     from solvers.duhl import swaps
-    from solvers.duhl.disk import write_coordinate_major
-    from solvers.duhl.on_disk import OnDisk
+    from solvers.storage.reader import write_coordinate_major
+    from solvers.storage.on_disk import OnDisk
     from solvers.glm.problems import make_problem_on_disk
 
     rng = np.random.default_rng(0)

@@ -3,7 +3,7 @@ from disk past the page cache, and the answer is the one in memory.
 
 Oracles: scikit-learn's Lasso/ElasticNet on the same matrix loaded by np.load; the same DuHL
 run with the data in RAM and the same block (its iterates); mincore(2) for the page cache
-(tests.solvers.duhl.test_disk.resident_bytes); the byte sizes of the arrays themselves.
+(tests.solvers.storage.test_reader.resident_bytes); the byte sizes of the arrays themselves.
 """
 
 import numpy as np
@@ -13,11 +13,11 @@ from sklearn.linear_model import Lasso as SkLasso
 
 from solvers.duhl import solver as duhl_solver
 from solvers.duhl import swaps
-from solvers.duhl.disk import write_coordinate_major
-from solvers.duhl.on_disk import OnDisk
+from solvers.storage.reader import write_coordinate_major
+from solvers.storage.on_disk import OnDisk
 from solvers.duhl.solver import DuHL
 from solvers.glm.problems import make_problem, make_problem_on_disk
-from tests.solvers.duhl.test_disk import drop_cache, resident_bytes
+from tests.solvers.storage.test_reader import drop_cache, resident_bytes
 
 N, D = 400, 300
 

@@ -16,12 +16,12 @@ import numpy as np
 import pytest
 
 from solvers.duhl import solver as duhl_solver
-from solvers.duhl.disk import DiskMatrix, aligned_empty, write_coordinate_major
-from solvers.duhl.on_disk import OnDisk
+from solvers.storage.reader import DiskMatrix, aligned_empty, write_coordinate_major
+from solvers.storage.on_disk import OnDisk
 from solvers.duhl.solver import DuHL
 from solvers.glm.problems import make_problem, make_problem_on_disk
 from tests.solvers import glm_oracles as oracles
-from tests.solvers.duhl.test_disk import drop_cache, os_read_bytes, resident_bytes
+from tests.solvers.storage.test_reader import drop_cache, os_read_bytes, resident_bytes
 
 N, D = 300, 128  # a row of 1024 bytes: O_DIRECT reads straight into the rows, no padding
 C = 0.05

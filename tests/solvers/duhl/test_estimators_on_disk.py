@@ -115,7 +115,7 @@ def test_predictions_from_a_file_on_disk_equal_those_from_ram_in_bounded_ram(tmp
     read a buffer at a time past the page cache (C order: blocks of samples; Fortran: blocks of
     features), equal to X @ coef_.T + intercept_ in RAM; the buffer, not the file, bounds the
     RAM (a buffer of 16 rows of the 600-sample file here: the data is read in ~38 blocks)."""
-    import solvers.duhl.on_disk as on_disk
+    import solvers.storage.on_disk as on_disk
     rng = np.random.default_rng(5)
     X = rng.standard_normal((600, 12))
     y3 = np.digitize(X[:, 0] + 0.3 * rng.standard_normal(600), [-0.5, 0.5])  # three classes: ovr

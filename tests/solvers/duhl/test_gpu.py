@@ -78,8 +78,8 @@ def test_cuda_under_a_ram_tier_reaches_scikit_learns_optimum(tmp_path):
     """Disk -> RAM -> GPU (tests/solvers/duhl/test_ram_tier.py runs the same on cuda_sim)."""
     from sklearn.linear_model import Lasso as SkLasso
 
-    from solvers.duhl.disk import write_coordinate_major
-    from solvers.duhl.on_disk import OnDisk
+    from solvers.storage.reader import write_coordinate_major
+    from solvers.storage.on_disk import OnDisk
     from solvers.glm.problems import make_problem_on_disk
 
     rng = np.random.default_rng(1)

@@ -1,4 +1,4 @@
-"""The disk tier (solvers.duhl.disk): every read equals np.load, every byte is counted as the
+"""The disk tier (solvers.storage.reader): every read equals np.load, every byte is counted as the
 operating system counts it, and nothing is left in the page cache.
 
 Oracles: np.load of the same file; /proc/self/io read_bytes (the kernel's count of bytes this
@@ -25,8 +25,8 @@ import numpy as np
 import pytest
 import xxhash
 
-from solvers.duhl import disk_files
-from solvers.duhl.disk import DiskMatrix, ReadStats, aligned_empty, write_coordinate_major
+from solvers.storage import files as disk_files
+from solvers.storage.reader import DiskMatrix, ReadStats, aligned_empty, write_coordinate_major
 
 ROOT = Path(__file__).resolve().parents[3]
 PAGE = mmap.PAGESIZE
@@ -439,7 +439,7 @@ def test_a_killed_writer_leaves_no_file(tmp_path):
     path = tmp_path / "x.npy"
     code = textwrap.dedent(f"""
         import sys, time, numpy as np
-        from solvers.duhl.disk import write_coordinate_major
+        from solvers.storage.reader import write_coordinate_major
         def blocks():
             for i in range(4):
                 yield np.full((16, 4096), float(i))
@@ -505,7 +505,7 @@ def test_the_solvers_reader_puts_more_requests_in_flight_for_small_coordinates(t
     """OnDisk's reader: 16 threads of 2 MB requests for coordinates under 128 KB (rows of 8008
     bytes), DiskMatrix's 4 of 8 MB for longer ones (Fortran columns of 16,400 float64: 131,200
     bytes); both read what np.load reads."""
-    from solvers.duhl.on_disk import OnDisk
+    from solvers.storage.on_disk import OnDisk
     path, M = stores["np.save C odd"]
     small = OnDisk(path).matrix
     assert (small.threads, small.max_request, small.row_bytes) == (16, 2 << 20, 8008)

@@ -1,4 +1,4 @@
-"""Disk -> RAM -> GPU: the RAM tier (solvers.duhl.ram_tier) under a GPU block, on Numba's CUDA
+"""Disk -> RAM -> GPU: the RAM tier (solvers.storage.ram_tier) under a GPU block, on Numba's CUDA
 simulator (device="cuda_sim"; test_gpu.py runs the same on a real GPU).
 
 Oracles: np.load of the same file (the rows, X^T a), the problem in memory (its coordinate gaps),
@@ -11,9 +11,9 @@ import pytest
 from sklearn.linear_model import Lasso as SkLasso
 
 from solvers.duhl import resident as duhl_resident
-from solvers.duhl.disk import write_coordinate_major
-from solvers.duhl.on_disk import OnDisk
-from solvers.duhl.ram_tier import RamTier, ram_choice
+from solvers.storage.reader import write_coordinate_major
+from solvers.storage.on_disk import OnDisk
+from solvers.storage.ram_tier import RamTier, ram_choice
 from solvers.duhl.solver import DuHL
 from solvers.glm.problems import make_problem, make_problem_on_disk
 

@@ -39,9 +39,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from solvers.duhl.disk_files import (MAX_IOV, PAGE, RAM_FILE_SYSTEMS, Request, aligned_empty, fs_type, open_direct,
+from solvers.storage.files import (MAX_IOV, PAGE, RAM_FILE_SYSTEMS, Request, aligned_empty, fs_type, open_direct,
                                      preadv_all, read_npy_header, release)
-from solvers.duhl.disk_files import write_coordinate_major  # noqa: F401 - part of this module's API
+from solvers.storage.files import write_coordinate_major  # noqa: F401 - part of this module's API
 
 __all__ = ["DiskMatrix", "ReadStats", "aligned_empty", "write_coordinate_major"]
 

@@ -2,7 +2,7 @@
 
 :func:`write_coordinate_major` writes a plain .npy whose header is padded to 4096 bytes, so
 every coordinate starts at an offset O_DIRECT can read from (``np.save``'s 128-byte header
-puts them all off the 512-byte alignment, which costs :class:`solvers.duhl.disk.DiskMatrix`
+puts them all off the 512-byte alignment, which costs :class:`solvers.storage.reader.DiskMatrix`
 a copy through a bounce buffer). Also the small pieces the reader shares: page-aligned
 buffers, the file-system type, an .npy header read without dragging data into the page cache,
 the request type and the preadv loop.

@@ -3,7 +3,7 @@
 With the data on disk and device="cuda", :class:`RamTier` holds ``n_rows`` coordinates
 in RAM: each round the GPU block's coordinates and, with the room left, those of largest
 gap (:func:`ram_choice`), so the device block is always a subset of the RAM set and
-both are chosen by the gaps. It stands in for :class:`solvers.duhl.on_disk.OnDisk` as
+both are chosen by the gaps. It stands in for :class:`solvers.storage.on_disk.OnDisk` as
 a problem's ``A``: gaps and A^T a of coordinates held in RAM are computed from RAM
 (no disk read), the others are read from disk past the page cache as before, and
 every disk byte is counted by the disk matrix (``bytes_read``, ``read_s``).
@@ -11,7 +11,7 @@ every disk byte is counted by the disk matrix (``bytes_read``, ``read_s``).
 
 import numpy as np
 
-from solvers.duhl.disk import aligned_empty
+from solvers.storage.reader import aligned_empty
 from solvers.kernels import cpu
 
 

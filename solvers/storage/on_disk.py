@@ -1,6 +1,6 @@
 """A problem's coordinate data on disk: what a Problem and a resident set ask of it.
 
-:class:`OnDisk` wraps a :class:`solvers.duhl.disk.DiskMatrix` (row i = coordinate
+:class:`OnDisk` wraps a :class:`solvers.storage.reader.DiskMatrix` (row i = coordinate
 i, read past the page cache) and gives :class:`solvers.glm.problems.Problem` the
 few operations it needs without the data in RAM: coordinate gaps of a set of
 coordinates (read in chunks through a buffer, the next chunk read while the
@@ -15,8 +15,8 @@ import time
 
 import numpy as np
 
-from solvers.duhl.disk import DiskMatrix, aligned_empty
-from solvers.duhl.disk_files import read_npy_header
+from solvers.storage.reader import DiskMatrix, aligned_empty
+from solvers.storage.files import read_npy_header
 from solvers.kernels import cpu
 
 DEFAULT_BUFFER_BYTES = 64 << 20
