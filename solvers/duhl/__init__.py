@@ -1,11 +1,16 @@
 """DuHL (Dünner, Parnell, Jaggi, NIPS 2017): the host holds all data, a device holds a
 budget of it, and coordinate-wise duality gaps choose what the device holds.
 
-- ``solver``: the DuHL loop (rounds, gap memory, certification)
-- ``selection``: which coordinates are resident next (gap, sequential, random, importance)
-- ``resident``: resident sets (dense rows, CSR entries; staging for prefetch)
-- ``devices``: cpu, cuda (CuPy: the only CuPy importer), cuda_sim
-- ``budget``: a memory budget in bytes and its split
-- ``estimators``: scikit-learn estimators solved by DuHL
-- ``warmup``: compile the kernels before anything is timed
+The public API:
+
+- :class:`DuHL`: the solver (a :class:`solvers.glm.problems.Problem` in, a result out)
+- scikit-learn estimators solved by DuHL: :class:`Lasso`, :class:`ElasticNet`, :class:`Ridge`,
+  :class:`LinearSVC`, :class:`LogisticRegression`
+- :func:`compile_kernels`: compile the CPU kernels before anything is timed
 """
+
+from solvers.duhl.estimators import ElasticNet, Lasso, LinearSVC, LogisticRegression, Ridge
+from solvers.duhl.solver import DuHL, DuHLResult
+from solvers.duhl.warmup import compile_kernels
+
+__all__ = ["DuHL", "DuHLResult", "ElasticNet", "Lasso", "LinearSVC", "LogisticRegression", "Ridge", "compile_kernels"]
