@@ -4,7 +4,7 @@ Dünner, Parnell, Jaggi, "Efficient Use of Limited-Memory Accelerators for
 Linear Learning on Heterogeneous Systems", NIPS 2017.
 
 The host holds all data, the coefficients ``a`` and a gap memory; the device
-holds the data of a budget of coordinates. Each round (:mod:`solvers.duhl.swaps`):
+holds the data of a budget of coordinates. Each round (:mod:`solvers.duhl.loops`):
 
 1. the device runs ``local_epochs`` epochs' worth of coordinate descent on its
    resident set, then computes its coordinates' gaps at the new state;
@@ -19,8 +19,14 @@ holds the data of a budget of coordinates. Each round (:mod:`solvers.duhl.swaps`
 
 Every gap reported as certified is exact, never read from the stale memory;
 a state is returned as converged only on an exact gap. With all data resident
-on the CPU the whole loop is compiled (:mod:`solvers.duhl.inmemory`); with part of
-it, on the CPU and in RAM, too (:mod:`solvers.duhl.compiled_swaps`).
+on the CPU the whole loop is compiled (:mod:`solvers.duhl.loops.resident`); with part of
+it, on the CPU and in RAM, too (:mod:`solvers.duhl.loops.swap`); else the reference loop
+runs (:mod:`solvers.duhl.loops.python`: GPUs, the data on disk, prefetch).
+
+A solve is deterministic: its iterates depend on the data, the parameters and
+``random_state``, never on the clock (the compiled loops' slices end by work done).
+What it chooses from a measured rate (refresh "auto" on disk) is in ``result.settings``;
+passing it back reproduces the run step for step.
 """
 
 import dataclasses
@@ -28,15 +34,16 @@ import time
 
 import numpy as np
 
+from solvers.duhl.block.resident import make_resident_set
 from solvers.duhl.budget import parse_budget, split_budget
-from solvers.duhl.compiled_swaps import routes, solve_compiled_swaps
-from solvers.duhl.inmemory import solve_in_memory
-from solvers.storage.on_disk import DEFAULT_BUFFER_BYTES, available_ram
-from solvers.storage.ram_tier import RamTier
-from solvers.duhl.resident import make_resident_set
-from solvers.duhl.swaps import MAX_PASSES_PER_ROUND, solve_with_swaps
+from solvers.duhl.loops.python import solve_python
+from solvers.duhl.loops.resident import solve_resident
+from solvers.duhl.loops.rounds import MAX_PASSES_PER_ROUND
+from solvers.duhl.loops.swap import routes, solve_swap
 from solvers.glm.checks import check_params
 from solvers.glm.trace import SolveResult, Trace
+from solvers.storage.on_disk import DEFAULT_BUFFER_BYTES, available_ram
+from solvers.storage.ram_tier import RamTier
 
 DuHLResult = SolveResult  # the name callers know
 ANDERSON_K = 5  # passes between extrapolations (skglm's K)
@@ -54,14 +61,15 @@ class DuHL:
         Which coordinates live on the device; "gap" is DuHL.
     local_epochs : int or "auto"
         Device epochs over its block per round. "auto" (default): 2 with part of the data
-        resident and the data in RAM (measured: solvers.duhl.swaps.AUTO_EPOCHS), 1 with all
-        data resident or the data on disk.
+        resident and the data in RAM, 1 with all data resident or the data on disk.
     tol : float
         Stop once rel_gap = gap / P(0) <= tol.
     max_epochs : float
-        Stop after this many epochs (coordinate updates / coordinates).
+        The epoch budget: at most this many epochs (coordinate updates / coordinates), the
+        last pass cut short if need be; the state reached is certified and returned.
     max_time : float or None
-        Stop after this many seconds.
+        Stop after this many seconds (checked between slices of work: the only setting
+        whose effect depends on the machine's speed).
     device : str
         Where the block lives ("cpu").
     random_state : None, int or numpy Generator
@@ -128,8 +136,23 @@ class DuHL:
         All data resident on the CPU, the Lasso family (Lasso, ElasticNet, Ridge): every
         5 passes over the working set try the Anderson extrapolation of the last 6
         iterates, kept only where it lowers the objective, the coordinate order drawn
-        once per 6 passes (solvers.duhl.anderson). "auto": on where it applies; True:
+        once per 6 passes (solvers.duhl.accel.anderson). "auto": on where it applies; True:
         the same, with a note where it does not apply; False: off.
+    gram : "auto" or bool
+        Covariance updates for the Lasso family in RAM on the CPU whose Gram matrix X^T X takes
+        at most the data's bytes (solvers.duhl.accel.gram): "auto" where they pay (all data
+        resident: built once the rate predicts enough data work; part of it, with refresh
+        "auto": the stale gaps kept from it); True: also with refresh "all"; False: never.
+    gap_proofs : "auto" or bool
+        Part of the data resident: prove coordinates' gaps 0 without reading their data (gap
+        safe screening's bound), so refreshes and certificates read only the others. "auto":
+        in the Python loop always, in the compiled one where the proofs' reads of the dual
+        vector cost at most a tenth of the stale data; True: always; False: never.
+    loop : {"auto", "python", "compiled"}
+        Part of the data resident: the round loop. "auto" runs the compiled one where it
+        applies (device "cpu", the data in RAM, no prefetch, selection gap, sequential or
+        random, refresh "auto" or "all"), else the Python one; "python" always the Python one
+        (the reference); "compiled" refuses a solve it cannot run.
     """
 
     owner = "DuHL"  # the class errors name (an estimator built on DuHL sets its own)
@@ -137,7 +160,8 @@ class DuHL:
     def __init__(self, memory_budget=None, selection="gap", local_epochs="auto", tol=1e-6,
                  max_epochs=1000, max_time=None, device="cpu", random_state=None, callback=None,
                  gap_every="auto", shrinking=True, prefetch="auto", gap_kernel="tpa",
-                 concurrency="auto", keep_iterates=0, refresh="auto", host_budget=None, anderson="auto"):
+                 concurrency="auto", keep_iterates=0, refresh="auto", host_budget=None, anderson="auto", gram="auto",
+                 gap_proofs="auto", loop="auto"):
         self.memory_budget = memory_budget
         self.selection = selection
         self.local_epochs = local_epochs
@@ -156,6 +180,9 @@ class DuHL:
         self.refresh = refresh
         self.host_budget = host_budget
         self.anderson = anderson
+        self.gram = gram
+        self.gap_proofs = gap_proofs
+        self.loop = loop
         self._validate(self.owner)
 
     def _validate(self, owner):
@@ -165,7 +192,7 @@ class DuHL:
                      gap_every=self.gap_every, shrinking=self.shrinking, prefetch=self.prefetch,
                      gap_kernel=self.gap_kernel, concurrency=self.concurrency,
                      keep_iterates=self.keep_iterates, refresh=self.refresh, host_budget=self.host_budget,
-                     anderson=self.anderson)
+                     anderson=self.anderson, gram=self.gram, gap_proofs=self.gap_proofs, loop=self.loop)
         if self.gap_kernel == "blas" and self.device == "cpu":
             raise ValueError(f"The 'gap_kernel' parameter 'blas' of {owner} runs on device='cuda' or "
                              "'cuda_sim' (the CPU computes gaps with its own kernels). Got device='cpu'.")
@@ -260,6 +287,15 @@ class DuHL:
         return None
 
     def solve(self, problem, a0=None):
+        """Solve ``problem`` (a :class:`solvers.glm.problems.Problem`, in RAM or on disk) from
+        ``a0`` (None: zeros) to ``tol``, within ``max_epochs`` (and ``max_time``).
+
+        Returns a :class:`solvers.glm.trace.SolveResult`: the coordinates ``a`` (coefficients for
+        the Lasso family, dual variables for the classifiers), ``v`` = A a (the classifiers'
+        weights w), the certified ``primal``, ``dual`` and ``gap`` of the state returned, the
+        per-round ``trace`` (the project's metric vocabulary), ``status`` ("converged",
+        "max_epochs" or "max_time"), ``notes`` (settings adjusted for the data) and ``settings``
+        (what the run chose from measured rates: pass them back to reproduce it)."""
         self._validate(self.owner)
         self._notes = []
         if self.gap_kernel == "blas" and problem.sparse:
@@ -283,15 +319,30 @@ class DuHL:
         if not isinstance(self.anderson, str) and self.anderson and not applies:
             self._notes.append("anderson applies with all data resident on the CPU and coordinates that are "
                                "the model's coefficients (Lasso, ElasticNet, Ridge): ignored")
+        settings = {}
         if budget is None and self.device == "cpu":
-            status, rounds, counters = self._solve_in_memory(problem, a, z, off, rng, trace, t0)
+            status, rounds, updates, dual_best = self._solve_resident(problem, a, z, off, rng, trace, t0)
             bytes_h2d, hits, prefetched = int(problem.coord_bytes.sum()), 0, 0
+            self.loop_ = "resident"
         else:
             rset = make_resident_set(problem, budget, self.device, prefetch=self._prefetch_share(problem),
                                       gap_kernel=self.gap_kernel, concurrency=self.concurrency)
-            loop = solve_compiled_swaps if routes(self, problem, rset) else solve_with_swaps
+            compiled = routes(self, problem, rset)
+            if self.loop == "compiled" and not compiled:
+                rset.close()
+                raise ValueError(f"The 'loop' parameter 'compiled' of {self.owner} needs device='cpu', the data "
+                                 "in RAM, no prefetch, selection 'gap', 'sequential' or 'random' and refresh "
+                                 f"'auto' or 'all'. Got device={self.device!r}, selection={self.selection!r}, "
+                                 f"refresh={self.refresh!r}{', the data on disk' if problem.on_disk else ''}.")
+            compiled = compiled and self.loop != "python"
+            self.loop_ = "compiled" if compiled else "python"
             try:
-                status, rounds, counters = loop(self, problem, rset, a, z, off, rng, trace, t0, self._iterates)
+                if compiled:
+                    status, rounds, updates, dual_best = solve_swap(self, problem, rset, a, z, off, rng, trace, t0,
+                                                                    self._iterates)
+                else:
+                    status, rounds, updates, dual_best, settings = solve_python(self, problem, rset, a, z, off, rng,
+                                                                                trace, t0, self._iterates)
             finally:
                 rset.close()
             if problem.on_disk and trace.rows:  # the last row counts the read-ahead the loop left in flight
@@ -301,7 +352,8 @@ class DuHL:
             if cuts:
                 self._notes.append(f"concurrency cut to {cuts[-1]} update(s) in flight: {len(cuts)} round(s) "
                                    "raised the objective (correlated coordinates updated at once), undone")
-        updates, dual_best = counters
+        for name, value in settings.items():
+            self._notes.append(f"{name} 'auto' measured {value:.6g}: pass {name}={value!r} to reproduce this run")
         last = trace.rows[-1]
         elapsed = last["time_s"]
         if problem.on_disk:  # the last row certifies the state returned; a re-evaluation is a full read
@@ -313,35 +365,16 @@ class DuHL:
         return DuHLResult(a=a, v=v, trace=trace.frame(), status=status, primal=primal, dual=dual, gap=gap,
                           rel_gap=gap / problem.P0 if problem.P0 > 0 else 0.0, time_s=elapsed,
                           epochs=updates / n, bytes_h2d=bytes_h2d, n_rounds=rounds, prefetch_hits=hits,
-                          bytes_prefetched=prefetched, notes=self._notes,
+                          bytes_prefetched=prefetched, notes=self._notes, settings=settings,
                           iterates=self._iterates[: min(len(trace.rows), self.keep_iterates)])
 
-    def _solve_in_memory(self, problem, a, z, off, rng, trace, t0):
-        """All data resident on the CPU: the compiled loop (solvers.duhl.inmemory)."""
-        n, P0 = problem.n_coords, problem.P0
-        total = int(problem.coord_bytes.sum())
-        done = {"rounds": 0, "updates": 0.0}
-
-        def record(rows, counters):
-            for t, updates, P_form, D_form, gap, rounds in rows:
-                primal, dual = (-D_form, -P_form) if problem.dual_form else (P_form, D_form)
-                loaded = rounds > 0  # the data is loaded (once, logically) for the first round
-                trace.record(round=int(rounds), time_s=t - t0, epoch=updates / n, primal=primal, dual=dual,
-                             gap=gap, rel_gap=gap / P0 if P0 > 0 else 0.0, certified=1,
-                             bytes_h2d=total if loaded else 0, swaps=n if loaded else 0, n_resident=n,
-                             prefetch_hits=0, bytes_prefetched=0)
-            done.update(rounds=int(counters[1]), updates=float(counters[0]))
-
+    def _solve_resident(self, problem, a, z, off, rng, trace, t0):
+        """All data resident on the CPU: the compiled loop (solvers.duhl.loops.resident)."""
         epochs = 1 if self.local_epochs == "auto" else self.local_epochs  # "auto": one epoch a round here
-        status, dual_best = solve_in_memory(
-            problem, a, z, off, local_epochs=epochs, max_epochs=self.max_epochs,
-            max_time=self.max_time, shrinking=self.shrinking, tol_abs=self.tol * P0,
-            seed_value=int(rng.integers(2**31 - 1)), record=record, t0=t0, max_passes=MAX_PASSES_PER_ROUND,
-            iterates=self._iterates, **self._acceleration(problem))
-        return status, done["rounds"], (done["updates"], dual_best)
-
-    def _acceleration(self, problem):
-        """The compiled loop's Anderson settings; ``_anderson_k`` overrides K (experiments)."""
         on = (isinstance(self.anderson, str) or bool(self.anderson)) and not problem.dual_form
-        self._accel_state = np.zeros(3)  # [stored, tries, kept], for inspection
-        return dict(anderson=getattr(self, "_anderson_k", ANDERSON_K) if on else 0, accel_state=self._accel_state)
+        status, rounds, updates, dual_best, self.anderson_state_ = solve_resident(
+            problem, a, z, off, local_epochs=epochs, max_epochs=self.max_epochs, max_time=self.max_time,
+            shrinking=self.shrinking, tol_abs=self.tol * problem.P0, seed_value=int(rng.integers(2**31 - 1)),
+            trace=trace, t0=t0, max_passes=MAX_PASSES_PER_ROUND, iterates=self._iterates,
+            anderson=ANDERSON_K if on else 0, gram=self.gram is not False)
+        return status, rounds, updates, dual_best

@@ -200,6 +200,9 @@ RULES: Mapping[str, Rule] = {
     "keep_iterates": Integer(0),
     "refresh": Either("auto", "all", Real(0, None, "left")),
     "host_budget": Either(None, Real(0, 1, "right"), Size()),
+    "loop": Options(("auto", "python", "compiled")),
+    "gram": Either("auto", Boolean()),
+    "gap_proofs": Either("auto", Boolean()),
     # CoCoA+ and DIANA
     "n_parts": Integer(1),
     "aggregation": Options(("adding", "averaging")),

@@ -69,6 +69,7 @@ class SolveResult:
     bytes_prefetched: int = 0  # bytes copied ahead of their swap (part of bytes_h2d)
     notes: list = field(default_factory=list)  # what a user should know (a setting adjusted)
     iterates: Optional[np.ndarray] = None  # a at the first trace rows, when asked to keep them
+    settings: dict = field(default_factory=dict)  # choices made from measured rates: passed back, the same run
 
     @property
     def converged(self):

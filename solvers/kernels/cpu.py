@@ -26,32 +26,15 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from solvers.glm.models import coord_gap, coord_update, g_value, source_digest
+from solvers.glm.models import coord_gap, coord_update, g_value
+from solvers.kernels.cache import compiled
 
 # Dense rows: reassociation lets LLVM vectorise the dot products (no NaN/inf assumptions).
 # Sparse rows: no fastmath. With reassociation LLVM turns the gather z[indices[k]] into
 # AVX-512 vgather instructions, 3-4x slower than scalar loads on this machine's CPUs (a
 # kernel's flags apply to all it inlines, so the sparse kernels are compiled without).
-_DENSE = dict(nogil=True, cache=True, fastmath={"reassoc", "contract"}, error_model="numpy")
-_SPARSE = dict(nogil=True, cache=True, error_model="numpy")
-_MODEL_CODE = f"{source_digest():014x}"
-
-
-def model_kernel(**options):
-    """``njit`` for a kernel that inlines the model math, with an on-disk cache of its own
-    per version of that math.
-
-    Numba keys a cached function on its own source file only, not on the functions it
-    inlines from other files (numba#1833), and its cache index pickles the argument
-    types (a model's theta class): an edit to solvers/glm/models/ could otherwise load
-    stale machine code, or fail to unpickle the index. The cache file is named after the
-    function's qualified name, so naming it after a hash of the model code gives every
-    version of that code its own files. Nothing is ever deleted.
-    """
-    def decorate(fn):
-        fn.__qualname__ = f"{fn.__name__}__models_{_MODEL_CODE}"
-        return njit(**options)(fn)
-    return decorate
+_DENSE = dict(fastmath={"reassoc", "contract"})
+_SPARSE = dict()
 
 
 @intrinsic
@@ -94,7 +77,7 @@ def sparse_axpy(indptr, indices, data, r, cd, z):
         z[np.uint64(ind[k])] += cd * val[k]
 
 
-@model_kernel(**_DENSE)
+@compiled(**_DENSE)
 def scd_epoch_dense(rows, coords, order, a, z, off, mu, sqnorm, c, theta):
     """One pass of exact coordinate minimisation over ``rows[order]``; returns updates made."""
     m = z.shape[0]
@@ -117,7 +100,7 @@ def scd_epoch_dense(rows, coords, order, a, z, off, mu, sqnorm, c, theta):
     return order.shape[0]
 
 
-@model_kernel(**_SPARSE)
+@compiled(**_SPARSE)
 def scd_epoch_sparse(indptr, indices, data, coords, order, a, z, off, mu, sqnorm, c, theta):
     """Same as :func:`scd_epoch_dense` for a CSR matrix of coordinates. The order is random,
     so each row is a cache miss: the next row's entries are prefetched while this one is
@@ -146,7 +129,7 @@ def scd_epoch_sparse(indptr, indices, data, coords, order, a, z, off, mu, sqnorm
     return order.shape[0]
 
 
-@model_kernel(**_DENSE)
+@compiled(**_DENSE)
 def gaps_dense(rows, positions, coords, a, z, off, mu, c, theta, out, out_s):
     """out[j] = gap of coordinate coords[j], whose data is rows[positions[j]], and
     out_s[j] = its s = <A_i, u> (what a tighter certificate is built from)."""
@@ -164,7 +147,7 @@ def gaps_dense(rows, positions, coords, a, z, off, mu, c, theta, out, out_s):
         out[j] = coord_gap(theta, a[i], s)
 
 
-@model_kernel(**_SPARSE)
+@compiled(**_SPARSE)
 def gaps_sparse(indptr, indices, data, positions, coords, a, z, off, mu, c, theta, out, out_s):
     """Same as :func:`gaps_dense` for a CSR matrix."""
     shift = c * off[0] * z.shape[0]
@@ -175,7 +158,7 @@ def gaps_sparse(indptr, indices, data, positions, coords, a, z, off, mu, c, thet
         out[j] = coord_gap(theta, a[i], s)
 
 
-@model_kernel(**_DENSE)
+@compiled(**_DENSE)
 def sum_g(a, theta):
     """sum_i g_i(a_i)."""
     total = 0.0

@@ -38,9 +38,7 @@ and its ``Model`` entries: ``elastic_net`` (Lasso, ElasticNet, Ridge), ``svm``,
 
 from __future__ import annotations
 
-import hashlib
 import math
-from pathlib import Path
 from typing import Dict
 
 from numba.core.errors import TypingError
@@ -149,16 +147,3 @@ def _zero_interval(theta, a):
     if fn is None:
         return lambda theta, a: (math.inf, -math.inf)
     return fn
-
-
-def source_digest() -> int:
-    """A hash of the code compiled kernels may inline (every file under solvers/: the model
-    math, the kernels, the certificates, Anderson's step, the compiled loops): they key their
-    on-disk cache on it (Numba keys its cache on the kernel's own file only, numba#1833)."""
-    digest = hashlib.blake2b(digest_size=7)
-    root = Path(__file__).resolve().parents[2]  # solvers/
-    for path in sorted(root.rglob("*.py")):
-        digest.update(path.relative_to(root).as_posix().encode())
-        digest.update(path.read_bytes())
-    return int.from_bytes(digest.digest(), "big")
-

@@ -1,4 +1,5 @@
-"""DuHL's round loop with part of the data resident: select, swap, compute, refresh gaps.
+"""DuHL's reference round loop: every device (the CPU, a GPU, the simulator), data in RAM or on
+disk, prefetch. Select, swap, compute, refresh gaps.
 
 Each round the device runs epochs on its block (only the block's coordinates with
 a positive gap when ``shrinking``: a working set inside the block) and returns the
@@ -25,7 +26,7 @@ needs them).
 
 Stale is what the memory cannot prove: a coordinate at a bound whose gap is
 provably 0 at the current state (a Lasso zero with |s_i| well below alpha, an SVM
-sample well outside the margin: solvers.duhl.gap_memory) needs no data, so near
+sample well outside the margin: solvers.duhl.gaps.memory) needs no data, so near
 the optimum most of a sparse model's coordinates drop out of the certificates'
 and refreshes' reads; when none is left stale, the round's end state is certified
 without reading anything.
@@ -36,15 +37,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from solvers.duhl.gap_memory import GapMemory, _step
-from solvers.storage.ram_tier import RamTier, ram_choice
-from solvers.duhl.selection import Policy, stream
+from solvers.duhl.block.policies import Policy, child, stream
+from solvers.duhl.gaps.memory import GapMemory, RefreshPlan, dual_step
+from solvers.duhl.gaps.schedule import GapSchedule
+from solvers.duhl.loops.rounds import passes_per_round, provable, refresh_first, refresh_ratio, round_epochs
 from solvers.glm.models import shrink_cut
-
-# A round does about ``local_epochs`` epochs' worth of updates however far shrinking
-# has gone: passes over the visited coordinates, at most this many.
-MAX_PASSES_PER_ROUND = 16
-
+from solvers.storage.ram_tier import RamTier, ram_choice
 
 # A host refresh smaller than this runs in the main thread: a thread hand-off costs more.
 INLINE_BYTES = 1 << 18
@@ -60,136 +58,14 @@ class _Done:
         return self.value
 
 
-# local_epochs "auto" (the default) with part of the data resident in RAM: this many epochs on the
-# block per round. Side by side (pipelines.bench.swap_loop --full --arms "all resident,routed 1,routed 2",
-# 2026-11-24 22:20-22:33 UTC, time to 1e-6 at memory_budget 0.05, 0.25 and 0.5, medians of 3), 2
-# against 1: geometric mean 0.89 over the 29 cells, the hinge SVMs 0.66-0.78, w8a Lasso 0.64-1.0,
-# breast cancer 0.84-0.90, worst w8a logistic at 0.05 (1.08) and dense 5000 x 20000 at 0.25 (1.13).
-# The rule it replaces (the bytes outside the block over the block's, 1 to 4) took w8a logistic at
-# 0.05 to 1.7x the time of 1 epoch. With the data on disk, 1: the out_of_core preset's DuHL arm (4 GB,
-# host_budget 0.25), three runs each at 23:29-23:35, 10.5-11.4 s and 15.3 GB read with 1, 11.0-14.0 s
-# and 15.4-17.4 GB with 2.
-AUTO_EPOCHS = 2
-
-
-def round_epochs(local_epochs, on_disk=False):
-    """``local_epochs`` as a number of epochs on the block per round ("auto": AUTO_EPOCHS in RAM, 1
-    with the data on disk)."""
-    if local_epochs == "auto":
-        return 1 if on_disk else AUTO_EPOCHS
-    return int(local_epochs)
-
-
-def passes_per_round(local_epochs, n_resident, n_visit):
-    """Passes over the visited coordinates worth ``local_epochs`` epochs of the resident set."""
-    return local_epochs * min(MAX_PASSES_PER_ROUND, max(1, n_resident // max(1, n_visit)))
-
-
-def _child(rng):
-    """An independent stream for the selection policy, taken without advancing
-    ``rng``: drawing a block ahead (prefetch) then changes no epoch's order."""
-    try:
-        return rng.spawn(1)[0]
-    except (TypeError, ValueError):  # a generator without a SeedSequence
-        return np.random.default_rng(rng.bit_generator.jumped().random_raw(1)[0])
-
-
-class GapSchedule:
-    """When to pay for a gap pass while all data is resident (no selection needs it).
-
-    From the last two checked gaps it estimates the linear rate and waits half
-    the rounds it predicts to the target (at most twice the last wait), so a
-    run overshoots its target by a bounded share of its rounds, as
-    scikit-learn's cheap stopping test does by other means.
-    """
-
-    def __init__(self, tol_abs, every="auto"):
-        self.tol_abs = tol_abs
-        self.every = every
-        self.history = []
-        self.next_round = 0
-
-    def checked(self, rnd, gap):
-        self.history.append((rnd, gap))
-        wait = 1
-        if self.every != "auto":
-            wait = self.every
-        elif len(self.history) >= 2:
-            (r1, g1), (r2, g2) = self.history[-2:]
-            if 0 < g2 < g1 and self.tol_abs > 0:
-                per_round = np.log(g2 / g1) / (r2 - r1)
-                remaining = np.log(self.tol_abs / g2) / per_round
-                wait = int(np.clip(0.5 * remaining, 1, 2 * (r2 - r1)))
-            elif 0 < g2 < g1:
-                wait = 2 * (r2 - r1)
-        self.next_round = rnd + min(wait, 64)
-
-
-class Certifier:
-    """Which rounds refresh every stale gap (see the module's docstring)."""
-
-    def __init__(self, tol_abs, refresh, on_disk=False):
-        self.tol_abs = tol_abs
-        self.every_round = refresh == "all"
-        self.wait, self.next_round = 2, 2
-        self.refreshed_bytes = 0
-        # on disk a certificate reads every stale coordinate: only when the estimate says the
-        # target is reached, and the refresh has read the stale data once since the last one
-        # (at most half the reads certify); no schedule (a measured 16% of the bytes read)
-        self.on_disk = on_disk
-
-    def due(self, rnd, estimate, stale_bytes):
-        covered = self.refreshed_bytes >= stale_bytes
-        if self.every_round or (rnd >= self.next_round and not self.on_disk):
-            return True
-        return estimate <= self.tol_abs and covered
-
-    def refreshed(self, nbytes):
-        self.refreshed_bytes += nbytes
-
-    def certified(self, rnd):
-        self.refreshed_bytes = 0
-        self.wait *= 2
-        self.next_round = rnd + self.wait
-
-
-def refresh_ratio(refresh, problem):
-    """Bytes the host refreshes per byte the device touches. "auto": as long as the device
-    computes: 1 in RAM; on disk, the disk's rate over the gap kernel's on the first pass."""
-    if refresh != "auto":
-        return 0.0 if refresh == "all" else float(refresh)
-    A = problem.A
-    if not problem.on_disk or A.read_s <= 0 or A.compute_s <= 0:
-        return 1.0
-    return (A.matrix.useful_bytes / A.read_s) / (A.compute_bytes / A.compute_s)
-
-
-def provable(problem):
-    """GapMemory's arguments for proving gaps 0 without data (models with a ``zero_gap``)."""
-    if problem.model.zero_gap is None:
-        return {}
-    return {"theta": problem.theta, "norms": np.sqrt(problem.sqnorm), "mu": problem.mu}
-
-
-def refresh_first(solver, problem):
-    """Whether a round refreshes the stale gaps before its selection, which then sees them, rather than
-    beside the round's epochs (the selection seeing gaps a round old): on the CPU with the data in RAM,
-    where nothing runs beside the host, for the Lasso family (coordinates: features). Side by side
-    (pipelines.bench.swap_loop --full, 2026-11-25), time to 1e-6 at memory_budget 0.05 / 0.25 / 0.5, first
-    over beside: the default experiment's Lasso 0.67 at 0.25 (every other round re-chose the block it had
-    just solved: 5 rounds -> 3), dense 5000 x 20000 0.89 / 0.70 / 0.73, w8a 0.97 / 1.15 / 1.12; the
-    classifiers in the dual not: w8a's hinge SVM 1.23 / 1.27 / 1.18 (more epochs, with refresh "all" too)."""
-    return solver.device == "cpu" and not problem.on_disk and not problem.dual_form
-
-
-def solve_with_swaps(solver, problem, rset, a, z, off, rng, trace, t0, iterates):
+def solve_python(solver, problem, rset, a, z, off, rng, trace, t0, iterates):
     """The loop of :class:`solvers.duhl.solver.DuHL` with a resident set ``rset``.
-    Returns (status, rounds, (updates, best dual value))."""
+    Returns (status, rounds, updates, best dual value, the settings it measured)."""
     n = problem.n_coords
     tol_abs = solver.tol * problem.P0
     coord_bytes = problem.coord_bytes
     state = (a, z, off)
-    policy = Policy(solver.selection, coord_bytes, rset.capacity_bytes, problem.sqnorm, _child(rng))
+    policy = Policy(solver.selection, coord_bytes, rset.capacity_bytes, problem.sqnorm, child(rng))
     orders = stream(rng)  # the epochs' orders (the compiled loop's too)
     epochs = round_epochs(solver.local_epochs, problem.on_disk)
     dual_best = -np.inf
@@ -221,10 +97,11 @@ def solve_with_swaps(solver, problem, rset, a, z, off, rng, trace, t0, iterates)
         refreshes: all, or the oldest that fit ``ratio`` times the bytes the device reads in a round
         (the last round's)."""
         stale = memory.stale()
-        exact = certifier.due(rnd, estimate, memory.bytes(stale))
+        exact = certifier.due(rnd, estimate, stale, coord_bytes, tol_abs)
         if exact:
             return stale, exact, stale
-        todo = memory.plan(ratio * (passes * memory.bytes(visit) + block_bytes)) if ratio > 0 else stale[:0]
+        budget = ratio * (passes * memory.bytes(visit) + block_bytes)
+        todo = certifier.plan(stale, coord_bytes, budget) if ratio > 0 else stale[:0]
         return stale, exact, todo
 
     def start_row(rnd, st, stale, todo, exact, updates, swaps):
@@ -233,12 +110,11 @@ def solve_with_swaps(solver, problem, rset, a, z, off, rng, trace, t0, iterates)
         exact = exact or stale.size == 0
         gap = record(rnd - 1, st, memory.estimate(), updates, swaps, exact)
         if not exact:
-            certifier.refreshed(memory.bytes(todo))
             return gap, False
         certifier.certified(rnd)
         return gap, gap <= tol_abs
 
-    fresh_first = refresh_first(solver, problem)
+    fresh_first = refresh_first(solver.device, problem)
     # gaps at the start state, all known: the first selection and round 0's row
     # refresh "all" computes every gap each round: nothing to prove (and the kernels' values,
     # e.g. a fused multiply-add's 1e-18 where the exact gap is 0, decide the selection)
@@ -247,6 +123,9 @@ def solve_with_swaps(solver, problem, rset, a, z, off, rng, trace, t0, iterates)
     centred = memory.mu is not None
     m = z.shape[0]
     ratio = refresh_ratio(solver.refresh, problem)
+    # a rate measured on the first pass: recorded, so that refresh=<it> reproduces the run
+    measured = {"refresh": ratio} if solver.refresh == "auto" and on_disk else {}
+    max_updates = solver.max_epochs * n
     updates, swaps, rnd = 0, 0, 0
     estimate = record(0, state, memory.estimate(), 0, 0)
     status = "converged" if estimate <= tol_abs else None
@@ -254,7 +133,7 @@ def solve_with_swaps(solver, problem, rset, a, z, off, rng, trace, t0, iterates)
     end_recorded = True                  # ... and recorded
     resident = np.zeros(n, dtype=bool)
     schedule = GapSchedule(tol_abs, solver.gap_every)
-    certifier = Certifier(tol_abs, solver.refresh, on_disk and ratio > 0)  # (no refresh: the schedule alone)
+    certifier = RefreshPlan(solver.refresh != "all", on_disk and ratio > 0)  # (no refresh: the schedule alone)
     active = None                        # the coordinates visited (shrinking), None: all resident
     share = shrink_cut(problem.theta)    # shrinking's cut, a share of the mean gap (0: gap 0 only)
 
@@ -292,7 +171,7 @@ def solve_with_swaps(solver, problem, rset, a, z, off, rng, trace, t0, iterates)
             passes = passes_per_round(epochs, n_resident, visit.shape[0])
             if whole and rnd < schedule.next_round:
                 # all resident (a GPU): gaps only when the schedule expects them to matter
-                updates += rset.run_round(state, orders, passes, with_gaps=False, active=active)[0]
+                updates += rset.run_round(state, orders, passes, with_gaps=False, active=active, limit=max_updates - updates)[0]
                 certified = False
                 status = solver._stop(updates, n, t0)
                 continue
@@ -311,6 +190,7 @@ def solve_with_swaps(solver, problem, rset, a, z, off, rng, trace, t0, iterates)
             upcoming = (policy.peek(memory.gaps, resident, rset.staging_bytes)
                         if rset.staging_bytes and not whole else None)
             done, dev_coords, dev_gaps, dev_s = rset.run_round(state, orders, passes, active=active,
+                                                               limit=max_updates - updates,
                                                                prefetch=upcoming)
             updates += done
             if beside:
@@ -321,8 +201,8 @@ def solve_with_swaps(solver, problem, rset, a, z, off, rng, trace, t0, iterates)
                     a[:], z[:], off[:] = snapshot
                     status = "converged"
                     break
-            step = np.zeros(2)  # how far u moved (gap_memory.dual_step), and ||z||
-            u_norm = _step(snapshot[1], z, problem.c * m * snapshot[2][0], problem.c * m * off[0], centred, step)
+            step = np.zeros(2)  # how far u moved, and ||z||
+            u_norm = dual_step(snapshot[1], z, problem.c * m * snapshot[2][0], problem.c * m * off[0], centred, step)
             memory.moved(dev_coords, dev_gaps, dev_s, step=step, a=a, u_norm=u_norm)
             certified = memory.all_known()  # every gap computed or proven: the end state's is exact
             end_recorded = certified and whole
@@ -346,4 +226,4 @@ def solve_with_swaps(solver, problem, rset, a, z, off, rng, trace, t0, iterates)
         stale = memory.stale()
         memory.refresh(stale, *problem.coordinate_gaps(a, z, off, stale, with_s=True))
         record(rnd, state, memory.estimate(), updates, swaps)
-    return status, rnd, (updates, dual_best)
+    return status, rnd, updates, dual_best, measured

@@ -1,4 +1,5 @@
-"""Block selection policies: which coordinates the device holds next round.
+"""Block selection policies: which coordinates the device holds next round (the Python loop's;
+the compiled swap loop applies the same rules).
 
 Each policy returns the next resident set, filling the byte budget in its own
 priority order:
@@ -13,38 +14,21 @@ priority order:
 
 import numpy as np
 
-from solvers.duhl.gap_select import _gap_block
+from solvers.duhl.block.gap_block import gap_block_coords
 from solvers.kernels import cpu
 
 
 def stream(rng):
     """A xorshift state for :func:`solvers.kernels.cpu.shuffle`, drawn from ``rng`` (64 random bits,
     never 0: xorshift's fixed point): the epochs' orders and the random policy's blocks, the same in
-    the Python and the compiled swap loop (a compiled call unboxes a Generator argument in ~7 us, a
-    state in ~0.2)."""
+    the Python and the compiled swap loop (a compiled call unboxes a Generator slowly, a state fast)."""
     return np.array([rng.bit_generator.random_raw() | 1], dtype=np.uint64)
 
 
-def _fill(order, coord_bytes, budget):
+def fill(order, coord_bytes, budget):
     """The longest prefix of ``order`` whose bytes fit in ``budget``."""
     used = np.cumsum(coord_bytes[order])
     return order[: int(np.searchsorted(used, budget, side="right"))]
-
-
-def gap_block(gaps, resident, coord_bytes, budget):
-    """The gap policy's block, in coordinate order: the coordinates of the longest prefix of
-    np.lexsort((~resident, -gaps)) (largest gap first, NaN last, resident first on ties,
-    then by index) that fits ``budget``. A set is all a block needs (epochs and gap sums
-    visit it in coordinate order), found in O(n) by the compiled loop's radix selection
-    (solvers.duhl.gap_select._gap_block): no sort."""
-    n = gaps.shape[0]
-    chosen = np.empty(n, dtype=np.int64)
-    k = _gap_block(np.ascontiguousarray(gaps, dtype=np.float64), np.ascontiguousarray(resident, dtype=np.bool_),
-                   np.ascontiguousarray(coord_bytes, dtype=np.int64), int(budget), chosen,
-                   np.empty(n, dtype=np.uint64), np.empty(n, dtype=np.int64))
-    block = np.zeros(n, dtype=bool)  # in coordinate order by a mask: np.sort took 5x longer (5,000 of 20,000)
-    block[chosen[:k]] = True
-    return np.flatnonzero(block)
 
 
 class Policy:
@@ -78,9 +62,9 @@ class Policy:
         if self._next is not None:  # drawn ahead by peek
             chosen, self._next = self._next, None
         elif self.name == "gap":
-            chosen = gap_block(gap_memory, resident_mask, self.coord_bytes, self.budget)
+            chosen = gap_block_coords(gap_memory, resident_mask, self.coord_bytes, self.budget)
         else:
-            chosen = _fill(self._order(gap_memory, resident_mask), self.coord_bytes, self.budget)
+            chosen = fill(self._order(gap_memory, resident_mask), self.coord_bytes, self.budget)
         if self.name == "sequential":
             self.cursor = (self.cursor + chosen.shape[0]) % self.coord_bytes.shape[0]
         return chosen
@@ -94,8 +78,17 @@ class Policy:
             outside = np.flatnonzero(~resident_mask)
             order = outside[np.argsort(-gap_memory[outside], kind="stable")]
         else:
-            upcoming = _fill(self._order(gap_memory, resident_mask), self.coord_bytes, self.budget)
+            upcoming = fill(self._order(gap_memory, resident_mask), self.coord_bytes, self.budget)
             if self.name != "sequential":
                 self._next = upcoming
             order = upcoming[~resident_mask[upcoming]]
-        return _fill(order, self.coord_bytes, budget)
+        return fill(order, self.coord_bytes, budget)
+
+
+def child(rng):
+    """An independent stream for the selection policy, taken without advancing ``rng``: drawing a
+    block ahead (prefetch) then changes no epoch's order."""
+    try:
+        return rng.spawn(1)[0]
+    except (TypeError, ValueError):  # a generator without a SeedSequence
+        return np.random.default_rng(rng.bit_generator.jumped().random_raw(1)[0])

@@ -12,7 +12,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from solvers.duhl.budget import split_budget, unit_bytes
-from solvers.duhl.devices import free_device_bytes, make_device
+from solvers.duhl.block.devices import free_device_bytes, make_device
 from solvers.storage.reader import aligned_empty
 from solvers.kernels import cpu
 
@@ -62,11 +62,12 @@ class ResidentSet:
         """Wait for the copies still in flight (a solve returns with none: no read lands in
         its buffers, or on its byte counts, after it)."""
 
-    def run_round(self, state, orders, passes, with_gaps=True, active=None, prefetch=None):
+    def run_round(self, state, orders, passes, with_gaps=True, active=None, prefetch=None, limit=None):
         """``passes`` epochs over the resident set (only its ``active`` coordinates,
         when given), then the gaps of all of it; meanwhile the coordinates ``prefetch``
         are staged for the next swap, each pass in an order shuffled from ``orders`` (a state of
-        solvers.kernels.cpu.shuffle). Returns (updates, coords, gaps, s), the last two None without
+        solvers.kernels.cpu.shuffle); at most ``limit`` updates in all (the epoch budget: a last
+        pass cut short). Returns (updates, coords, gaps, s), the last two None without
         ``with_gaps``; s_i = <A_i, u> feeds the tight certificate.
 
         A GPU updates several coordinates at once: on correlated data their steps add up and
@@ -74,12 +75,12 @@ class ResidentSet:
         raised it is undone and run again with half the updates in flight (down to one at a
         time, when every step is exact); the undone round's updates still count."""
         if not getattr(self.device, "parallel", False):
-            return self._round(state, orders, passes, with_gaps, active, prefetch)
+            return self._round(state, orders, passes, with_gaps, active, prefetch, limit)
         start = tuple(x.copy() for x in state)
         before = self.problem.form_primal(*start)
         done = 0
         while True:
-            out = self._round(state, orders, passes, with_gaps, active, prefetch)
+            out = self._round(state, orders, passes, with_gaps, active, prefetch, limit)
             done += out[0]
             after = self.problem.form_primal(*state)
             if after <= before + 1e-12 * abs(before) or not self.device.fewer_in_flight():
@@ -88,7 +89,7 @@ class ResidentSet:
                 x[...] = x0
             prefetch = None  # staged already
 
-    def _round(self, state, orders, passes, with_gaps, active, prefetch):
+    def _round(self, state, orders, passes, with_gaps, active, prefetch, limit=None):
         dev = self.device
         with dev.context():
             st = dev.begin_round(state)
@@ -99,9 +100,12 @@ class ResidentSet:
             visit = self._visit(active)
             updates = 0
             for _ in range(passes):
+                left = visit.shape[0] if limit is None else min(visit.shape[0], int(limit - updates))
+                if left <= 0:
+                    break
                 order = np.array(visit, dtype=np.int64)
                 cpu.shuffle(order, orders)
-                updates += self._epoch(order, st)
+                updates += self._epoch(order[:left], st)
             coords, gaps, s = self._gaps(st) if with_gaps else (self.resident(), None, None)
             dev.end_round(state, st)
             if gaps is None:
@@ -363,10 +367,10 @@ class SparseResidentSet(ResidentSet):
     def _epoch(self, order, st):
         return self.device.epoch_sparse(self.buf, self._coords_dev, order, st, self.problem)
 
-    def run_round(self, state, orders, passes, with_gaps=True, active=None, prefetch=None):
+    def run_round(self, state, orders, passes, with_gaps=True, active=None, prefetch=None, limit=None):
         with self.device.context():
             self._coords_dev = self.device.xp.asarray(self.rows.coords)
-        return super().run_round(state, orders, passes, with_gaps, active, prefetch)
+        return super().run_round(state, orders, passes, with_gaps, active, prefetch, limit)
 
     def _gaps(self, st):
         coords = self.rows.coords

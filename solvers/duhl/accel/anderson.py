@@ -15,7 +15,7 @@ order per pass), so the caller draws a random order per window of K + 1 passes: 
 map is fixed where Anderson looks, and the order still changes (33-55 epochs there,
 31 against 107 on diabetes).
 
-With covariance updates (solvers.duhl.covariance) the passes run from G = A A^T and the
+With covariance updates (solvers.duhl.accel.gram) the passes run from G = A A^T and the
 working set's dots <A_j, z>: extrapolate_gram tries the same point with the objective's
 change from them (no read of the data), and with an intercept the loop does not try.
 
@@ -24,12 +24,13 @@ constrained g (the classifiers' duals) a' could leave the domain.
 """
 
 import numpy as np
-from numba import njit
 from numba.extending import overload
 
+from solvers.duhl.loops.driver import is_csr
 from solvers.glm.certificates import residual_stats
 from solvers.glm.models import g_value
 from solvers.kernels import cpu
+from solvers.kernels.cache import compiled
 
 REG = 1e-10  # eps of the small system, relative to its trace
 
@@ -41,7 +42,7 @@ def _move(D, i, d, z, off, mu, c):
 
 @overload(_move)
 def _move_for(D, i, d, z, off, mu, c):
-    if len(getattr(D, "types", ())) == 3 or getattr(D, "count", 0) == 3:
+    if is_csr(D):
         def sparse(D, i, d, z, off, mu, c):
             indptr, indices, data = D
             cd = c * d
@@ -69,13 +70,13 @@ def _move_for(D, i, d, z, off, mu, c):
     return dense
 
 
-@njit(nogil=True)
+@compiled
 def _objective(a, z, off, c, b, theta):
     q, _ = residual_stats(z, c * off[0], b)
     return q / (2.0 * c) + cpu.sum_g(a, theta)
 
 
-@njit(nogil=True)
+@compiled
 def _weights(gram):
     """x / sum(x) for (gram + eps I) x = 1 by Gaussian elimination (K is a handful);
     an empty array when the system is degenerate (iterates that no longer move)."""
@@ -116,7 +117,7 @@ def _weights(gram):
     return x / total
 
 
-@njit(nogil=True)
+@compiled
 def _mix(buf, active, a, state):
     """Record a[active] as the newest iterate and, with K + 1 of them, the weights of the
     extrapolated point (empty: none this time, or a degenerate system)."""
@@ -140,7 +141,7 @@ def _mix(buf, active, a, state):
     return _weights(gram)
 
 
-@njit(nogil=True, inline="always")
+@compiled(inline="always")
 def _point(buf, w, j):
     """Coordinate j of the extrapolated point."""
     x = 0.0
@@ -149,7 +150,7 @@ def _point(buf, w, j):
     return x
 
 
-@njit(nogil=True)
+@compiled
 def extrapolate(D, active, a, z, off, mu, c, b, theta, buf, state):
     """Record a[active] as the newest iterate; with K + 1 of them, try the extrapolated
     point and keep it if it lowers the objective. ``buf``: (K + 1, n) iterates by
@@ -183,9 +184,9 @@ def extrapolate(D, active, a, z, off, mu, c, b, theta, buf, state):
             a[j] = buf[K, j]
 
 
-@njit(nogil=True)
+@compiled
 def extrapolate_gram(G, active, a, dots, c, theta, buf, state, step):
-    """extrapolate's step for passes from G (solvers.duhl.covariance, no intercept): the objective's
+    """extrapolate's step for passes from G (solvers.duhl.accel.gram, no intercept): the objective's
     change from the working set's dots <A_j, z> and G, 2 c d.dots + c^2 d'G d over 2 c, plus the
     coordinates' g, without the data; kept, a and the dots move (z catches up with a as after any
     pass from G). ``step``: |W| scratch for the move. O(K^2 |W| + |W|^2): a pass from G's cost."""
