@@ -70,7 +70,7 @@ test-ui: $(UI_STAMP)  ## the MLflow UI in a headless Chromium (apt-get installs 
 	@echo "screenshots: bench-results/ui/"
 
 bench: $(STAMP)  ## ours vs peers: time to rel_gap 1e-4/1e-6 (QUICK=1: ~3 min; pip install -e .[peers] first)
-	nice -n 5 $(PY) -m pipelines.bench.peers $(if $(QUICK),--quick) $(ARGS)
+	nice -n 5 $(PY) -m benchmarks.peers $(if $(QUICK),--quick) $(ARGS)
 
 install-gpu: $(STAMP)  ## add the CUDA 13 extra (CuPy, numba-cuda, dask-cuda, RMM) on a GPU machine
 	$(PY) -m pip install -e ".[gpu,dev]"
@@ -79,19 +79,19 @@ test-gpu: install-gpu  ## the tests that need a CUDA GPU (marker gpu)
 	NUMBA_ENABLE_CUDASIM=0 $(PY) -m pytest -m gpu -rs $(ARGS)
 
 bench-solvers: $(STAMP)  ## our epoch vs scikit-learn's; DuHL vs streaming (QUICK=1: small)
-	$(PY) -m pipelines.bench.solvers $(if $(QUICK),--quick) $(ARGS)
+	$(PY) -m benchmarks.solvers $(if $(QUICK),--quick) $(ARGS)
 
 bench-data: $(STAMP)  ## start-up of shipping the data to the workers vs memory-mapping it (presets)
-	$(PY) -m pipelines.bench.data $(ARGS)
+	$(PY) -m benchmarks.data $(ARGS)
 
 bench-gpu: install-gpu  ## GPU epochs vs the HBM floor, swap GB/s, DuHL vs sequential (needs a GPU)
-	$(PY) -m pipelines.bench.gpu $(if $(QUICK),--quick) $(ARGS)
+	$(PY) -m benchmarks.gpu $(if $(QUICK),--quick) $(ARGS)
 
 bench-disk-reads: $(STAMP)  ## the disk tier's scattered reads (Lasso columns, SVM rows) as a share of the disk's cold sequential rate
-	nice -n 5 $(PY) -m pipelines.bench.disk_reads $(ARGS)
+	nice -n 5 $(PY) -m benchmarks.disk_reads $(ARGS)
 
 bench-gpu-disk: install-gpu  ## disk -> RAM -> GPU: a 4 GB Lasso on disk, gap vs sequential vs the CPU's disk tier (needs a GPU)
-	$(PY) -m pipelines.bench.gpu_disk $(ARGS)
+	$(PY) -m benchmarks.gpu_disk $(ARGS)
 
 bench-gpu-reads: install-gpu  ## disk -> GPU reads: ours (O_DIRECT, buffered) vs kvikio where installed (needs a GPU)
-	$(PY) -m pipelines.bench.gpu_reads $(ARGS)
+	$(PY) -m benchmarks.gpu_reads $(ARGS)

@@ -18,7 +18,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from solvers.duhl.budget import parse_budget
-from solvers.duhl.devices import NoCudaDevice, check_device  # noqa: F401 (re-exported for pipelines)
+from solvers.duhl.block.devices import NoCudaDevice, check_device  # noqa: F401 (re-exported for pipelines)
 from solvers.duhl.solver import DuHL
 from solvers.duhl.warmup import compile_kernels
 from tasks.distributed_glm.arms import ARMS as DISTRIBUTED_ARMS

@@ -24,7 +24,7 @@ def pytest_configure(config):
 def _gpu_reason():
     """Why GPU tests cannot run here (None when they can)."""
     try:
-        from solvers.duhl.devices import NoCudaDevice, check_device
+        from solvers.duhl.block.devices import NoCudaDevice, check_device
 
         check_device("cuda")
     except NoCudaDevice as err:

@@ -37,7 +37,7 @@ def aligned_width(length, itemsize=8) -> int:
     ``length`` (a short coordinate is not worth padding). With aligned coordinates DiskMatrix
     reads straight into the caller's rows, with no bounce copy: a 40,000-byte sample stored in
     40,960 read 1.16x faster alone, 1.3-1.5x beside two compute threads
-    (pipelines.bench.disk_reads; the copy is CPU the 2-core machine lacks)."""
+    (benchmarks.disk_reads; the copy is CPU the 2-core machine lacks)."""
     length, itemsize = int(length), int(itemsize)
     for block in (4096, 512):
         if block % itemsize:

@@ -23,7 +23,7 @@ DEFAULT_BUFFER_BYTES = 64 << 20
 # The solver's reader for small coordinates (under SMALL_COORD_BYTES: the dual models' sample
 # rows): 16 threads of 2 MB requests (the same 32 MB of bounce buffers at most as
 # DiskMatrix's 4 of 8 MB). Scattered 40 KB rows read 1.2-2x faster with 16 requests in
-# flight than with 4 (pipelines.bench.disk_reads); 32 threads gain nothing more, 64 lose.
+# flight than with 4 (benchmarks.disk_reads); 32 threads gain nothing more, 64 lose.
 # Larger coordinates (the Lasso's columns) keep DiskMatrix's 4 threads of 8 MB: its arm on
 # the 4 GB store ran 1.1-1.4x slower on 16 threads (two interleaved pairs, load 8-13).
 READ_THREADS = 16

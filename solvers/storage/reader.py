@@ -22,7 +22,7 @@ of the coordinates on this project's machine, against about 1 GB/s here). So:
   the hole between them is read into a scratch buffer and dropped (and counted: the disk
   read it): fewer requests for more bytes. It pays where requests, not bytes, bound the
   rate; here, with 16 requests in flight, it does not (0.9-1.1x the rate of useful bytes for
-  holes of a 40 KB row, 0.6-1x for 320 KB columns: pipelines.bench.disk_reads): off by default.
+  holes of a 40 KB row, 0.6-1x for 320 KB columns: benchmarks.disk_reads): off by default.
 - ``scale``: each coordinate multiplied by its own factor as it lands, in the reader's threads
   (in the bounce buffer's copy if any): the dual models' rows y_i x_i from X (y_i = +-1: exact).
 

@@ -37,7 +37,7 @@ def test_unknown_option_exits_with_one_line_and_no_run(cli):
 
 
 def test_cuda_without_gpu_exits_2_with_one_line(cli):
-    from solvers.duhl.devices import NoCudaDevice, check_device
+    from solvers.duhl.block.devices import NoCudaDevice, check_device
 
     try:
         check_device("cuda")

@@ -140,7 +140,7 @@ def test_bad_setting_exits_with_one_line_before_any_run(experiment, override, ex
 
 
 def test_cuda_without_a_gpu_exits_2_before_any_run(experiment, capsys):
-    from solvers.duhl.devices import NoCudaDevice, check_device
+    from solvers.duhl.block.devices import NoCudaDevice, check_device
 
     try:
         check_device("cuda")

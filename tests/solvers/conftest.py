@@ -77,7 +77,7 @@ def w8a():
 def simulator():
     """device="cuda_sim": Numba's CUDA simulator switched on (skipped where numba.cuda was
     already imported for a real GPU in this process)."""
-    from solvers.duhl import devices
+    from solvers.duhl.block import devices
 
     try:
         devices._enable_simulator()

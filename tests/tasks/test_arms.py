@@ -64,7 +64,9 @@ import numpy as np
 from numba.core.registry import CPUDispatcher
 
 import solvers.duhl.solver as solver_module
-from solvers.duhl import gap_select, inmemory, swaps
+from solvers.duhl.block import gap_block
+from solvers.duhl.gaps import memory
+from solvers.duhl.loops import resident
 from solvers.kernels import cpu
 from tasks.arms import run_arm, warmup
 from tasks.problems import build_problem
@@ -78,7 +80,7 @@ X.setflags(write=False)
 y = X[:, :4] @ np.array([1.0, -2.0, 0.5, 1.5]) + 0.1 * rng.standard_normal(2000)
 model = {"name": "lasso", "alpha": 0.05}
 arm = dict(name="duhl", selection="gap", max_epochs=5, tol=0.0, memory_budget=0.25, device="cpu", random_state=0)
-modules = (cpu, gap_select, inmemory, swaps)
+modules = (cpu, gap_block, memory, resident)
 
 def signatures():
     return {f"{m.__name__}.{name}": len(f.signatures) for m in modules for name, f in vars(m).items()

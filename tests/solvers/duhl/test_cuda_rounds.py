@@ -1,5 +1,5 @@
 """A GPU round that raised the objective (parallel updates overshooting on correlated data) is
-undone and run again with half the updates in flight (solvers.duhl.resident.ResidentSet.run_round),
+undone and run again with half the updates in flight (solvers.duhl.block.resident.ResidentSet.run_round),
 on Numba's CUDA simulator; test_gpu.py shows the overshoot itself on a real GPU.
 
 Oracle: scikit-learn's Lasso on the same data."""

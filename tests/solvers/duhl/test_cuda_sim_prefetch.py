@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from solvers.duhl import devices, resident
+from solvers.duhl.block import devices, resident
 from solvers.duhl.budget import split_budget
 from solvers.duhl.solver import DuHL
 from solvers.kernels import cpu

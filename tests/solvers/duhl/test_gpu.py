@@ -54,7 +54,7 @@ def test_cuda_prefetch_serves_swaps_and_reaches_the_oracle(case_factory, sparse)
 
 @pytest.mark.parametrize("model", ["lasso", "hinge", "logistic"])
 def test_cuda_blas_gaps_equal_cpu_gaps(case_factory, model):
-    from solvers.duhl import devices
+    from solvers.duhl.block import devices
     from solvers.kernels import cpu
 
     case = case_factory(model, False, np.float64)

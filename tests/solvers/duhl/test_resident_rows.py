@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from solvers.duhl.gap_memory import GapMemory
-from solvers.duhl.resident import make_resident_set
+from solvers.duhl.block.resident import make_resident_set
 from solvers.glm.problems import make_problem
 
 

@@ -259,18 +259,18 @@ def test_kernels_cache_per_version_of_the_model_math():
     import hashlib
     from pathlib import Path
 
-    from solvers.duhl import inmemory
+    from solvers.duhl.loops import resident, swap
     from solvers.kernels import cpu
 
     root = Path(models.__file__).resolve().parents[2]
-    assert (root / "duhl" / "anderson.py").exists() and (root / "glm" / "certificates.py").exists()
+    assert (root / "duhl" / "accel" / "anderson.py").exists() and (root / "glm" / "certificates.py").exists()
     digest = hashlib.blake2b(digest_size=7)
     for path in sorted(root.rglob("*.py")):
         digest.update(path.relative_to(root).as_posix().encode())
         digest.update(path.read_bytes())
-    code = f"{int.from_bytes(digest.digest(), 'big'):014x}"
+    code = digest.hexdigest()
     for kernel in (cpu.scd_epoch_dense, cpu.scd_epoch_sparse, cpu.gaps_dense, cpu.gaps_sparse, cpu.sum_g,
-                   inmemory.run_slice):
-        assert kernel.py_func.__qualname__.endswith(f"__models_{code}"), kernel
+                   resident.run_resident_slice, swap.run_swap_slice):
+        assert kernel.py_func.__qualname__.endswith(f"__{code}"), kernel
         module = kernel.py_func.__module__.rsplit(".", 1)[-1]
         assert kernel._cache._impl._filename_base.startswith(f"{module}.{kernel.py_func.__qualname__}")

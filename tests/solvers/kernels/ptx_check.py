@@ -7,7 +7,7 @@ needed) and NUMBA_ENABLE_CUDASIM unset:
     python tests/solvers/ptx_check.py [--cc 9.0] [--cc 8.0] [--cubin] [-v]
 
 It compiles ``solvers.kernels.cuda``'s kernels for the argument types
-``solvers.duhl.devices.CUDADevice`` passes (see its epoch_*/gaps_* methods and the
+``solvers.duhl.block.devices.CUDADevice`` passes (see its epoch_*/gaps_* methods and the
 dtypes of ``solvers.glm.problems``) and exits non-zero if any signature fails.
 ``--cubin`` also assembles each PTX to a cubin with nvJitLink (cuda.core's
 Linker, from the same wheels), as the launch on a GPU would: ptxas errors too.

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from sklearn.linear_model import Lasso as SkLasso
 
-from solvers.duhl import resident as duhl_resident
+from solvers.duhl.block import resident as duhl_resident
 from solvers.storage.reader import write_coordinate_major
 from solvers.storage.on_disk import OnDisk
 from solvers.storage.ram_tier import RamTier, ram_choice

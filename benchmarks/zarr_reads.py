@@ -1,7 +1,7 @@
 """zarr or .npy for the disk tier (issue 14): the rate of reading a gap-chosen (scattered) quarter
 of the coordinates of a dense Lasso's X, cold, from the layouts a user could hand the project.
 
-    nice .venv/bin/python -m pipelines.bench.zarr_reads [--n-samples 10000 --n-features 3750 --repeats 5]
+    nice .venv/bin/python -m benchmarks.zarr_reads [--n-samples 10000 --n-features 3750 --repeats 5]
 
 Writes one float64 Gaussian X (300 MB by default) a block of columns at a time as: the dataset
 cache's ``X.npy`` (Fortran order, data at 4096 bytes), read by solvers.storage.reader.DiskMatrix
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipelines.bench.common import print_table
+from benchmarks.common import print_table
 from solvers.storage.reader import DiskMatrix, aligned_empty, write_coordinate_major
 
 

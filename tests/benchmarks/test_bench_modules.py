@@ -6,9 +6,9 @@ import pkgutil
 
 import pytest
 
-import pipelines.bench
+import benchmarks
 
-MODULES = sorted(m.name for m in pkgutil.iter_modules(pipelines.bench.__path__) if m.name != "__main__")
+MODULES = sorted(m.name for m in pkgutil.iter_modules(benchmarks.__path__) if m.name != "__main__")
 
 
 def test_the_benches_are_found():
@@ -17,6 +17,6 @@ def test_the_benches_are_found():
 
 @pytest.mark.parametrize("name", MODULES)
 def test_each_bench_imports_and_has_a_main(name):
-    module = importlib.import_module(f"pipelines.bench.{name}")
+    module = importlib.import_module(f"benchmarks.{name}")
     if name not in ("common",):
-        assert callable(getattr(module, "main", None)), f"pipelines.bench.{name} has no main()"
+        assert callable(getattr(module, "main", None)), f"benchmarks.{name} has no main()"

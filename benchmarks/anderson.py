@@ -1,7 +1,7 @@
 """Anderson extrapolation on and off, side by side with the Lasso peers.
 
-    python -m pipelines.bench.anderson              # the quick bench's Lasso problems, 3 repeats
-    python -m pipelines.bench.anderson --full       # the full bench's (make bench: w8a's 49,749 rows, ...)
+    python -m benchmarks.anderson              # the quick bench's Lasso problems, 3 repeats
+    python -m benchmarks.anderson --full       # the full bench's (make bench: w8a's 49,749 rows, ...)
 
 Per Lasso problem of ``make bench QUICK=1`` (w8a[20000], diabetes, dense 2000x1000,
 sparse 5000x5000), time to rel_gap 1e-6 of ours with all data resident, without and
@@ -18,9 +18,9 @@ import statistics
 
 from threadpoolctl import threadpool_limits
 
-from pipelines.bench.peers import TARGETS, _inf, problems, run_peer, time_to
-from solvers.duhl.solver import DuHL
-from solvers.duhl.warmup import compile_kernels
+from benchmarks.peers import TARGETS, _inf, problems, run_peer, time_to
+from solvers.duhl import DuHL
+from solvers.duhl import compile_kernels
 from tasks.peers import PeerUnsupported, missing_reason
 
 TARGET = min(TARGETS)

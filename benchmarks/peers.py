@@ -1,7 +1,7 @@
 """Benchmark against the peers: time to rel_gap 1e-4 and 1e-6, side by side.
 
-    make bench            # = python -m pipelines.bench.peers          (at most ~20 min on 2 cores)
-    make bench QUICK=1    # = python -m pipelines.bench.peers --quick  (at most ~3 min)
+    make bench            # = python -m benchmarks.peers          (at most ~20 min on 2 cores)
+    make bench QUICK=1    # = python -m benchmarks.peers --quick  (at most ~3 min)
 
 Per problem (w8a: Lasso on the labels, hinge SVM, logistic; scikit-learn's
 diabetes (and breast cancer); synthetic dense and sparse Lasso; a dense SVM),
@@ -35,10 +35,10 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-from pipelines.bench.common import W8A, lasso_problem, read_bandwidth, svm_problem
+from benchmarks.common import W8A, lasso_problem, read_bandwidth, svm_problem
 from pipelines.tracking import relative, shown_uri
-from solvers.duhl.solver import DuHL
-from solvers.duhl.warmup import compile_kernels
+from solvers.duhl import DuHL
+from solvers.duhl import compile_kernels
 from solvers.glm.problems import make_problem
 from tasks.peers import PEERS, PeerUnsupported, make_peer, missing_reason
 

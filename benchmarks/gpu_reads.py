@@ -14,7 +14,7 @@ are in GPU memory) and each method's share of the same trial's cold sequential r
 cache is dropped before every read (``/proc/sys/vm/drop_caches`` as root, else
 posix_fadvise DONTNEED on the file); the first trial checks every method's bytes against the file.
 
-    python -m pipelines.bench.gpu_reads --gb 2 --trials 5
+    python -m benchmarks.gpu_reads --gb 2 --trials 5
 """
 
 import argparse
@@ -25,8 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pipelines.bench.common import print_table
-from solvers.duhl.devices import NoCudaDevice, check_device
+from benchmarks.common import print_table
+from solvers.duhl.block.devices import NoCudaDevice, check_device
 from solvers.storage.reader import DiskMatrix, aligned_empty, write_coordinate_major
 from tasks.resources import cold_read_bandwidth
 

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-import pipelines.bench.peers as bench
+import benchmarks.peers as bench
 from solvers.glm.problems import make_problem
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning",

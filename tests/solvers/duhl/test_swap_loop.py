@@ -1,18 +1,13 @@
-"""DuHL's compiled round loop with part of the data resident (solvers.duhl.compiled_swaps):
-the Python loop's iterates, bytes and swaps with refresh="all", the oracle's solution, valid
+"""DuHL's compiled round loop with part of the data resident (solvers.duhl.loops.swap): the
+Python loop's iterates, bytes and swaps with refresh="all", the oracle's solution, valid
 certificates, and when DuHL routes there."""
-
-import time
 
 import numpy as np
 import pytest
 
 import glm_oracles as go
-import solvers.duhl.compiled_swaps as compiled
-import solvers.duhl.gram as gram_module
-from solvers.duhl.compiled_parts import _pairwise, cycles_per_second
-import solvers.duhl.solver as duhl_module
-from solvers.duhl.solver import DuHL
+from solvers.duhl import DuHL
+from solvers.duhl.loops.driver import pairwise_sum
 from solvers.glm.problems import make_problem
 
 SPARSE = pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
@@ -25,27 +20,18 @@ def _problem(case):
     return make_problem(go.PROBLEM_NAME[case.model], case.X, case.y, **case.params)
 
 
-def _solve(problem, loop, monkeypatch, **kw):
-    """DuHL with the compiled loop (loop=True) or the Python one (False); counts the
-    compiled loop's calls, so a test knows which loop ran."""
-    calls = []
-    real = compiled.run_swap_slice
-
-    def counted(*args):
-        calls.append(1)
-        return real(*args)
-
-    monkeypatch.setattr(compiled, "run_swap_slice", counted)
-    monkeypatch.setattr(duhl_module, "routes", lambda *args: loop)
-    res = DuHL(**kw).solve(problem)
-    assert bool(calls) == loop
+def _solve(problem, loop, **kw):
+    """DuHL with the compiled loop (loop=True) or the Python one (False); checks which loop ran."""
+    solver = DuHL(loop="compiled" if loop else "python", **kw)
+    res = solver.solve(problem)
+    assert solver.loop_ == ("compiled" if loop else "python")
     return res
 
 
 @pytest.mark.parametrize("selection", ["gap", "sequential", "random"])
 @SPARSE
 @MODELS
-def test_same_iterates_bytes_and_swaps_as_the_python_loop(case_factory, model, sparse, selection, monkeypatch):
+def test_same_iterates_bytes_and_swaps_as_the_python_loop(case_factory, model, sparse, selection):
     """With refresh="all" both loops choose the same blocks from the same gaps, draw the
     same epoch orders from the same stream and run the same kernels: every trace column
     but the clock, every kept iterate and the solution are equal bit for bit (the gap sum
@@ -55,8 +41,8 @@ def test_same_iterates_bytes_and_swaps_as_the_python_loop(case_factory, model, s
     problem = _problem(case_factory(model, sparse, np.float64))
     kw = dict(memory_budget=0.3, selection=selection, refresh="all", tol=1e-8, max_epochs=300, random_state=4,
               keep_iterates=5000)
-    py = _solve(problem, False, monkeypatch, **kw)
-    cc = _solve(problem, True, monkeypatch, **kw)
+    py = _solve(problem, False, **kw)
+    cc = _solve(problem, True, **kw)
     assert py.status == cc.status == "converged"
     assert len(py.trace) == len(cc.trace) >= 5
     pd_equal = py.trace[EXACT].reset_index(drop=True).equals(cc.trace[EXACT].reset_index(drop=True))
@@ -74,17 +60,15 @@ def test_same_iterates_bytes_and_swaps_as_the_python_loop(case_factory, model, s
 
 @SPARSE
 @MODELS
-def test_refresh_auto_is_the_python_loops_bit_for_bit(case_factory, model, sparse, monkeypatch):
-    """refresh "auto" compiled (solvers.duhl.stale_plan) is the Python loop's rule: the same planned
-    refreshes from the same cursor, the same certifier's schedule, the same proofs (both prove when
-    PROOF_SHARE lets the compiled loop; no Gram matrix), so every trace column but the clock, every
+def test_refresh_auto_is_the_python_loops_bit_for_bit(case_factory, model, sparse):
+    """refresh "auto" compiled is the Python loop's rule (solvers.duhl.gaps.memory's plan and certifier):
+    the same planned refreshes from the same cursor, the same certifier's schedule, the same proofs
+    (gap_proofs=True; no Gram matrix), so every trace column but the clock, every
     kept iterate and the solution are equal bit for bit, estimate rows (certified 0) included."""
-    monkeypatch.setattr(compiled, "PROOF_SHARE", np.inf)
-    monkeypatch.setattr(gram_module, "GRAM", False)
     problem = _problem(case_factory(model, sparse, np.float64))
-    kw = dict(memory_budget=0.25, refresh="auto", tol=1e-8, max_epochs=300, random_state=3, keep_iterates=5000)
-    py = _solve(problem, False, monkeypatch, **kw)
-    cc = _solve(problem, True, monkeypatch, **kw)
+    kw = dict(memory_budget=0.25, refresh="auto", gap_proofs=True, gram=False, tol=1e-8, max_epochs=300, random_state=3, keep_iterates=5000)
+    py = _solve(problem, False, **kw)
+    cc = _solve(problem, True, **kw)
     assert py.status == cc.status == "converged"
     assert len(py.trace) == len(cc.trace) >= 5 and (cc.trace.certified == 0).any()  # estimates were made
     assert py.trace[EXACT].reset_index(drop=True).equals(cc.trace[EXACT].reset_index(drop=True))
@@ -95,18 +79,18 @@ def test_refresh_auto_is_the_python_loops_bit_for_bit(case_factory, model, spars
 
 @SPARSE
 @pytest.mark.parametrize("model", ["lasso", "hinge"])
-def test_stopping_at_max_epochs_matches_the_python_loop(case_factory, model, sparse, monkeypatch):
+def test_stopping_at_max_epochs_matches_the_python_loop(case_factory, model, sparse):
     """Stopped by the epoch cap, both loops certify the end state with a full pass: the
     same rows, bit for bit, the last one certified."""
     problem = _problem(case_factory(model, sparse, np.float64))
     kw = dict(memory_budget=0.25, refresh="all", tol=0.0, max_epochs=3, random_state=2)
-    py = _solve(problem, False, monkeypatch, **kw)
-    cc = _solve(problem, True, monkeypatch, **kw)
+    py = _solve(problem, False, **kw)
+    cc = _solve(problem, True, **kw)
     assert py.status == cc.status == "max_epochs"
     assert py.trace[EXACT].equals(cc.trace[EXACT])
     assert cc.trace.certified.iloc[-1] == 1 and 3 <= cc.epochs < 3 + 0.25 * 16
     np.testing.assert_array_equal(py.a, cc.a)
-    res = _solve(problem, True, monkeypatch, memory_budget=0.25, tol=0.0, max_epochs=1e9, max_time=0.2,
+    res = _solve(problem, True, memory_budget=0.25, tol=0.0, max_epochs=1e9, max_time=0.2,
                  random_state=0)
     assert res.trace.certified.iloc[-1] == 1 and res.time_s < 5.0
     # tol 0 stops at max_time, unless a gap of exactly 0 is reached first (a hinge dual can)
@@ -116,12 +100,12 @@ def test_stopping_at_max_epochs_matches_the_python_loop(case_factory, model, spa
 
 @SPARSE
 @MODELS
-def test_solution_matches_scikit_learn(case_factory, model, sparse, monkeypatch):
+def test_solution_matches_scikit_learn(case_factory, model, sparse):
     """The compiled loop's solution at a tight tolerance is scikit-learn's: the regressions'
     coefficients (coordinate descent at tol 1e-13, closed form for ridge), the classifiers'
     w (liblinear's dual solvers), whose primal is strongly convex, so w is unique."""
     case = case_factory(model, sparse, np.float64)
-    res = _solve(_problem(case), True, monkeypatch, memory_budget=0.25, tol=1e-12, max_epochs=20000,
+    res = _solve(_problem(case), True, memory_budget=0.25, tol=1e-12, max_epochs=20000,
                  random_state=0)
     assert res.status == "converged"
     if model in go.REGRESSION:
@@ -140,14 +124,14 @@ def test_solution_matches_scikit_learn(case_factory, model, sparse, monkeypatch)
 @pytest.mark.parametrize("selection", ["gap", "random"])
 @SPARSE
 @MODELS
-def test_every_certified_gap_is_valid(case_factory, model, sparse, selection, refresh, monkeypatch):
+def test_every_certified_gap_is_valid(case_factory, model, sparse, selection, refresh):
     """Every certified row's gap is P - D of the state it certifies with P and D written out in
     glm_oracles from that state's coefficients alone (D: the best dual value of the run over rows
     for the regressions, the state's own for the classifiers, solved in the dual); it bounds the
     true suboptimality, P(a) - P* >= 0 with P* the oracle's. With refresh "all" every row is
     certified; "auto"'s others are the gap memory's estimate."""
     case = case_factory(model, sparse, np.float64)
-    res = _solve(_problem(case), True, monkeypatch, memory_budget=0.3, selection=selection, tol=1e-9,
+    res = _solve(_problem(case), True, memory_budget=0.3, selection=selection, tol=1e-9,
                  max_epochs=300, random_state=1, keep_iterates=5000, refresh=refresh,
                  local_epochs=1)  # one epoch a round: rows enough to check on every case
     assert len(res.iterates) == len(res.trace) >= 5 and res.trace.certified.iloc[-1] == 1
@@ -166,6 +150,8 @@ def test_every_certified_gap_is_valid(case_factory, model, sparse, selection, re
 
 
 def test_routes(case_factory):
+    from solvers.duhl.loops.swap import routes
+
     """The compiled loop runs for the data in RAM on the CPU, without staging memory, with the
     gap, sequential or random policy, and refresh "all" or "auto", at any memory_budget; the
     Python loop everywhere else."""
@@ -174,7 +160,7 @@ def test_routes(case_factory):
 
     def routed(share=0.25, staging=0, **kw):
         rset = type("R", (), {"staging_bytes": staging, "capacity_bytes": int(share * total)})()
-        return compiled.routes(DuHL(memory_budget=share, **kw), problem, rset)
+        return routes(DuHL(memory_budget=share, **kw), problem, rset)
 
     assert routed() and routed(refresh="all") and routed(selection="sequential") and routed(selection="random")
     assert routed(share=0.05) and routed(share=0.9) and routed(local_epochs="auto")
@@ -187,62 +173,22 @@ def test_pairwise_sum_is_numpys():
     rng = np.random.default_rng(0)
     for n in (0, 1, 7, 8, 9, 127, 128, 129, 255, 256, 1000, 8193, 100_003):
         x = rng.standard_normal(n) * np.exp(5 * rng.standard_normal(n))
-        assert _pairwise(x) == float(x.sum()), n
-
-
-@pytest.mark.parametrize("n", [1, 10, 40, 300, 5000, 20000])
-def test_gap_selection_is_the_lexsort_prefix(n):
-    """Both loops' gap policy (radix selection on the gaps' bits, no sort) picks the set of
-    coordinates a full np.lexsort((~resident, -gaps)) puts in the longest prefix that fits:
-    ties (many equal gaps, zeros, -0.0), NaN and -inf gaps, distinct gaps whose boundary
-    needs several levels of bits (20000: the first level counted in the keys' pass), sizes that vary,
-    coordinates of no bytes."""
-    from solvers.duhl.selection import gap_block
-
-    for trial in range(40):
-        rng = np.random.default_rng(trial)
-        gaps = (np.round(rng.random(n), 1) if trial % 2 else rng.standard_normal(n) ** 2
-                if trial % 5 else rng.lognormal(-8, 3, n))
-        gaps[rng.random(n) < 0.3] = 0.0
-        gaps[rng.random(n) < 0.05] = -0.0
-        if trial % 4 == 3:
-            gaps[rng.random(n) < 0.05] = np.nan
-            gaps[rng.random(n) < 0.02] = -np.inf
-        resident = rng.random(n) < 0.3
-        coord_bytes = rng.integers(0 if trial % 6 else 1, 100, n) if trial % 3 else np.full(n, 8)
-        budget = int(coord_bytes.sum() * rng.uniform(0.0, 1.05))
-        order = np.lexsort((~resident, -gaps))
-        expected = np.sort(order[: int(np.searchsorted(np.cumsum(coord_bytes[order]), budget, side="right"))])
-        np.testing.assert_array_equal(gap_block(gaps, resident, coord_bytes, budget), expected)
-        chosen = np.empty(n, np.int64)
-        k = compiled._select(0, gaps, resident, coord_bytes, budget, np.ones(1, np.uint64), 0, chosen, np.empty(n, np.int64),
-                             np.empty(n, np.uint64))
-        np.testing.assert_array_equal(np.sort(chosen[:k]), expected)
+        assert pairwise_sum(x) == float(x.sum()), n
 
 
 @SPARSE
 @pytest.mark.parametrize("model", ["lasso", "hinge"])
-def test_proofs_keep_every_certified_gap_valid(case_factory, model, sparse, monkeypatch):
+def test_proofs_keep_every_certified_gap_valid(case_factory, model, sparse):
     """With refresh "auto" the compiled loop reads no data for the gaps the gap memory proves 0
     (a Lasso zero with |s_i| inside alpha, an SVM sample outside the margin, by how far u can
     have moved: solvers.duhl.gap_memory); every certified row is still valid, its gap P - D of its
     own state written out in glm_oracles (the others are the memory's estimate), and the proofs did
     cover coordinates."""
-    monkeypatch.setattr(compiled, "PROOF_SHARE", np.inf)  # proofs however small the data
-    monkeypatch.setattr(gram_module, "GRAM", False)  # the Lasso's stale gaps from the data (a Gram stops the proofs)
-    seen = []
-    real = compiled.run_swap_slice
-
-    def grab(*args):
-        seen.append(args[-4])  # proof_arrays: (norms, |mu|, path, at, proven, z scratch)
-        return real(*args)
-
-    monkeypatch.setattr(compiled, "run_swap_slice", grab)
-    monkeypatch.setattr(duhl_module, "routes", lambda *args: True)
     case = case_factory(model, sparse, np.float64)
-    res = DuHL(memory_budget=0.3, tol=1e-9, max_epochs=300, random_state=1, keep_iterates=5000).solve(_problem(case))
+    # proofs however small the data; the Lasso's stale gaps from the data (a Gram matrix stops the proofs)
+    res = _solve(_problem(case), True, memory_budget=0.3, tol=1e-9, max_epochs=300, random_state=1,
+                 keep_iterates=5000, gap_proofs=True, gram=False)
     assert res.status == "converged" and res.trace.certified.iloc[-1] == 1 and len(res.trace) >= 5
-    assert seen and seen[-1][4].any() and seen[-1][2][0] > 0  # coordinates proven, u's path measured
     best_dual = -np.inf
     for a, gap, primal, certified in zip(res.iterates, res.trace.gap, res.trace.primal, res.trace.certified):
         if not certified:  # the memory's estimate
@@ -253,25 +199,3 @@ def test_proofs_keep_every_certified_gap_valid(case_factory, model, sparse, monk
         expected = P - best_dual if model in go.REGRESSION else P - D
         assert gap == pytest.approx(expected, rel=1e-7, abs=1e-11 * case.P0)
         assert gap >= P - case.oracle["P"] - 1e-11 * case.P0
-
-
-def test_the_parts_clock_is_wall_time(monkeypatch):
-    """The profile's wall clock (the time-stamp counter, converted by cycles_per_second): the compiled
-    calls' time it records is at most the solve's time by perf_counter (an independent clock) and most
-    of it where the rounds dominate (a dense Lasso of 4000 x 60, correlated); the parts (all but "slice") add up to
-    at most the slice."""
-    rng = np.random.default_rng(0)
-    X = rng.standard_normal((4000, 60)) + 2.0 * rng.standard_normal((4000, 1))  # correlated: many rounds
-    y = X[:, :30] @ rng.standard_normal(30) + 0.1 * rng.standard_normal(4000)
-    problem = make_problem("lasso", X, y, alpha=1e-3 * np.abs(X.T @ y).max() / 4000, fit_intercept=False)
-    kw = dict(memory_budget=0.25, tol=1e-10, max_epochs=5000, random_state=0)
-    _solve(problem, True, monkeypatch, **kw)  # compiled first
-    clock = np.zeros(len(compiled.PARTS))
-    monkeypatch.setattr(compiled, "CLOCK", clock)
-    t0 = time.perf_counter()
-    res = _solve(problem, True, monkeypatch, **kw)
-    wall = time.perf_counter() - t0
-    slice_s = clock[-1] / cycles_per_second()
-    assert res.n_rounds > 10, res.n_rounds
-    assert 0.3 * wall < slice_s <= wall, (slice_s, wall)
-    assert clock[:-1].min() >= 0 and clock[:-1].sum() <= clock[-1]

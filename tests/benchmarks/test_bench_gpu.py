@@ -4,7 +4,7 @@ first AttributeError."""
 
 import pytest
 
-from pipelines.bench import gpu as bench_gpu
+from benchmarks import gpu as bench_gpu
 
 
 @pytest.mark.filterwarnings("ignore::numba.core.errors.NumbaPerformanceWarning")
@@ -26,7 +26,7 @@ def test_bench_gpu_runs_end_to_end_on_the_simulator(capsys):
 def test_gpu_reads_runs_of_adjacent_coordinates_match_a_plain_loop():
     import numpy as np
 
-    from pipelines.bench import gpu_reads
+    from benchmarks import gpu_reads
 
     rng = np.random.default_rng(0)
     for density in (0.02, 0.5, 1.0):

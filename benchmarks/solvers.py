@@ -1,7 +1,7 @@
 """Solver benchmark: our CPU epoch against scikit-learn's, and DuHL against streaming.
 
-    python -m pipelines.bench.solvers            # full sizes (a few minutes on 2 cores)
-    python -m pipelines.bench.solvers --quick    # small sizes (under a minute)
+    python -m benchmarks.solvers            # full sizes (a few minutes on 2 cores)
+    python -m benchmarks.solvers --quick    # small sizes (under a minute)
 
 Prints, in one run: (1) the time of one coordinate descent epoch, ours vs
 scikit-learn's Lasso, on a dense float64 problem and on w8a, as a ratio, with
@@ -26,11 +26,10 @@ import scipy.sparse as sp
 from sklearn.datasets import load_svmlight_file
 from threadpoolctl import threadpool_info, threadpool_limits
 
-import solvers.duhl.solver as duhl_solver
-from pipelines.bench.common import W8A, lasso_problem, median_time, print_table, read_bandwidth, svm_problem
+from benchmarks.common import W8A, lasso_problem, median_time, print_table, read_bandwidth, svm_problem
 from solvers.duhl.budget import split_budget
-from solvers.duhl.solver import DuHL
-from solvers.duhl.warmup import compile_kernels
+from solvers.duhl import DuHL
+from solvers.duhl import compile_kernels
 from solvers.glm.problems import make_problem
 from solvers.kernels import cpu
 
@@ -106,17 +105,12 @@ def prefetch_rows(label, problem, budget=0.25, share=0.2, tol=1e-6, max_time=60)
     staged_budget = int(budget * int(problem.coord_bytes.sum()))
     block = split_budget(problem, staged_budget, share)[0]  # the same block, without staging
     rows = []
-    routes = duhl_solver.routes
     for selection in ("gap", "sequential", "random"):
         kw = dict(selection=selection, tol=tol, max_epochs=5000, max_time=max_time, random_state=0)
         on = DuHL(memory_budget=f"{staged_budget}B", prefetch=share, **kw).solve(problem)
         # the same (Python) round loop as the staged run, which the compiled loop never takes: without
         # staging DuHL may route to the compiled one, whose refresh differs (other iterates, other times)
-        duhl_solver.routes = lambda *args: False
-        try:
-            off = DuHL(memory_budget=f"{block}B", prefetch=0.0, **kw).solve(problem)
-        finally:
-            duhl_solver.routes = routes
+        off = DuHL(memory_budget=f"{block}B", prefetch=0.0, loop="python", **kw).solve(problem)
         swapped = int(on.trace.swaps.max())
         later = swapped - int(on.trace.n_resident.iloc[1])  # the first block cannot be staged
         rows.append(dict(problem=label, policy=selection, status=on.status,

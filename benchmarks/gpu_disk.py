@@ -17,9 +17,9 @@ from pathlib import Path
 
 import numpy as np
 
-from pipelines.bench.common import print_table
-from solvers.duhl.devices import NoCudaDevice, check_device
-from solvers.duhl.solver import DuHL
+from benchmarks.common import print_table
+from solvers.duhl.block.devices import NoCudaDevice, check_device
+from solvers.duhl import DuHL
 from solvers.glm.problems import make_problem
 from tasks.data import load_dataset
 from tasks.problems import build_problem_on_disk, coordinate_stats

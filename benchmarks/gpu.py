@@ -20,10 +20,10 @@ import time
 
 import numpy as np
 
-from pipelines.bench.common import lasso_problem, print_table
-from solvers.duhl.devices import NoCudaDevice, check_device
-from solvers.duhl.resident import make_resident_set
-from solvers.duhl.solver import DuHL
+from benchmarks.common import lasso_problem, print_table
+from solvers.duhl.block.devices import NoCudaDevice, check_device
+from solvers.duhl.block.resident import make_resident_set
+from solvers.duhl import DuHL
 from solvers.glm.problems import make_problem
 
 

@@ -1,8 +1,8 @@
 """Start-up cost of getting the data onto the workers: shipped from the driver
 (``data_access=scatter``) vs memory-mapped from the cache (``mmap``), on the default presets.
 
-    python -m pipelines.bench.data                 # make bench-data; --reps 5, --presets cocoa,duhl
-    python -m pipelines.bench.data --address tcp://10.0.0.1:8786   # a running cluster (its workers)
+    python -m benchmarks.data                 # make bench-data; --reps 5, --presets cocoa,duhl
+    python -m benchmarks.data --address tcp://10.0.0.1:8786   # a running cluster (its workers)
 
 For each preset at its default size, the parts its arms give the workers, cut as the
 arms cut them (CoCoA+: K = 1, 2, 4 feature parts; DIANA: 4 row shards; DistBelief: 2

@@ -1,11 +1,11 @@
 """Read throughput of the disk tier: gap-chosen coordinates of a store on disk, as a share of the
 disk's cold sequential bandwidth measured here (issue 14: at least 80% while reading).
 
-    python -m pipelines.bench.disk_reads                        # both presets' stores, ~1.5 GB read each
-    python -m pipelines.bench.disk_reads --paths my/X_rows.npy --densities 0.02 --trials 9
-    python -m pipelines.bench.disk_reads --settings 4:8:0,16:2:0,16:2:1
-    python -m pipelines.bench.disk_reads --stores svm --busy 2   # beside two compute threads, as in a solve
-    python -m pipelines.bench.disk_reads --paths X_rows.npy --pair X_rows_padded.npy --settings 16:2:0
+    python -m benchmarks.disk_reads                        # both presets' stores, ~1.5 GB read each
+    python -m benchmarks.disk_reads --paths my/X_rows.npy --densities 0.02 --trials 9
+    python -m benchmarks.disk_reads --settings 4:8:0,16:2:0,16:2:1
+    python -m benchmarks.disk_reads --stores svm --busy 2   # beside two compute threads, as in a solve
+    python -m benchmarks.disk_reads --paths X_rows.npy --pair X_rows_padded.npy --settings 16:2:0
 
 Stores: the out_of_core preset's Lasso X.npy (a feature per coordinate: 320 KB columns) and the
 out_of_core_svm preset's sample-major copy (a sample per coordinate: 40 KB rows; the cache writes
@@ -44,7 +44,7 @@ import numpy as np
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from pipelines.bench.common import print_table
+from benchmarks.common import print_table
 from pipelines.config import register_configs
 from pipelines.tracking import PROJECT_ROOT
 from solvers.storage.reader import DiskMatrix, aligned_empty
