@@ -18,7 +18,7 @@ def peer_data(problem, seed=0):
     return np.asarray(problem.A, dtype=np.float64) * t[:, None], t
 
 
-def _hinge(problem):
+def is_hinge(problem):
     return problem.name == "svm" and problem.params["loss"] == "hinge"
 
 
@@ -28,7 +28,7 @@ def dual_point(problem, w, margins=None):
     allow any a_i in [0, C], by a box-constrained least squares fit of w = A^T a."""
     m = np.asarray(problem.A @ w, dtype=np.float64) if margins is None else margins
     a = problem.model.dual_from_margin(problem.theta, m)
-    if not _hinge(problem):
+    if not is_hinge(problem):
         return a
     C = problem.params["C"]
     free = np.flatnonzero(np.abs(m - 1.0) <= 1e-3)

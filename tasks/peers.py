@@ -37,7 +37,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from solvers.glm.trace import SolveResult, Trace
-from tasks.peer_scores import _hinge, dual_point, evaluate, peer_data  # noqa: F401 (dual_point: re-exported)
+from tasks.peer_scores import is_hinge, dual_point, evaluate, peer_data  # noqa: F401 (dual_point: re-exported)
 from tasks.stoppable import FitCut, StoppableFits
 
 TOLS = tuple(10.0 ** -k for k in range(2, 13))           # 1e-2 .. 1e-12
@@ -138,7 +138,7 @@ def _snapml(problem, X, y, knob, method):
         X = _centred_dense(problem, X, "Snap ML")
         est = snapml.LinearRegression(penalty="l2", regularizer=p["alpha"], **common)
     elif problem.name == "svm":
-        if not _hinge(problem):
+        if not is_hinge(problem):
             raise PeerUnsupported("Snap ML's SupportVectorMachine has the hinge loss only")
         est = snapml.SupportVectorMachine(regularizer=1.0 / p["C"], **common)
     elif problem.name == "logistic":

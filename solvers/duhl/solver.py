@@ -80,7 +80,7 @@ class DuHL:
         All data resident on a GPU: no selection needs gaps, so the gap pass runs
         every ``gap_every`` rounds, or ("auto") when the observed linear rate
         predicts the target is near. (On the CPU the compiled loop decides,
-        solvers.duhl.inmemory; with part of the data resident the gaps drive the
+        solvers.duhl.loops.resident; with part of the data resident the gaps drive the
         selection and are computed every round.)
     shrinking : bool
         Epochs skip the coordinates whose last known gap is zero (as liblinear's
@@ -94,11 +94,11 @@ class DuHL:
         in RAM, the disk's rate over the gap kernel's rate, measured on the first
         pass, with the data on disk; 0: only certifying passes); "all": every
         round refreshes every stale gap and certifies its start state. With the
-        data in RAM on the CPU, "all" and "auto" run a compiled round loop
-        (solvers.duhl.compiled_swaps.routes); there, with "auto", the Lasso family (Lasso, ElasticNet, Ridge) whose Gram matrix X^T X takes at most the
-        data's bytes refreshes the stale gaps from it instead of the data, once the stale
-        reads have cost about as much as building it (solvers.duhl.gram.GRAM; the data is
-        still read every 16 rows and for the row that stops the solve).
+        data in RAM on the CPU, "all" and "auto" run a compiled round loop (see ``loop``);
+        there, with "auto", the Lasso family (Lasso, ElasticNet, Ridge) whose Gram matrix
+        X^T X takes at most the data's bytes refreshes the stale gaps from it instead of the
+        data, once the stale reads have cost about as much as building it (see ``gram``; the
+        data is still read every 16 rows and for the row that stops the solve).
     host_budget : None, float in (0, 1] or str
         Data on disk (a problem from solvers.glm.problems.make_problem_on_disk):
         the RAM the data may use, as a share of its bytes or a size such as
@@ -153,6 +153,20 @@ class DuHL:
         applies (device "cpu", the data in RAM, no prefetch, selection gap, sequential or
         random, refresh "auto" or "all"), else the Python one; "python" always the Python one
         (the reference); "compiled" refuses a solve it cannot run.
+
+    Attributes set by :meth:`solve`
+    -------------------------------
+    loop_ : str
+        The round loop that ran: "resident" (all data resident on the CPU), "compiled" or "python".
+    gram_ : dict
+        The compiled swap loop's Gram matrix: whether it was built, its anchors (data passes that
+        re-read the dots), the largest drift of its dots from the data's at an anchor, the rows
+        certified from its dots.
+    anderson_state_ : ndarray
+        All data resident: Anderson's [iterates stored, extrapolations tried, kept].
+    global_passes_ : dict
+        All data resident: the global gap passes, the coordinates they read (the others were
+        proven 0 without their data), whether the Gram matrix was built.
     """
 
     owner = "DuHL"  # the class errors name (an estimator built on DuHL sets its own)
@@ -320,6 +334,7 @@ class DuHL:
             self._notes.append("anderson applies with all data resident on the CPU and coordinates that are "
                                "the model's coefficients (Lasso, ElasticNet, Ridge): ignored")
         settings = {}
+        self.gram_, self.anderson_state_, self.global_passes_ = {}, np.zeros(3), {}
         if budget is None and self.device == "cpu":
             status, rounds, updates, dual_best = self._solve_resident(problem, a, z, off, rng, trace, t0)
             bytes_h2d, hits, prefetched = int(problem.coord_bytes.sum()), 0, 0
@@ -372,7 +387,7 @@ class DuHL:
         """All data resident on the CPU: the compiled loop (solvers.duhl.loops.resident)."""
         epochs = 1 if self.local_epochs == "auto" else self.local_epochs  # "auto": one epoch a round here
         on = (isinstance(self.anderson, str) or bool(self.anderson)) and not problem.dual_form
-        status, rounds, updates, dual_best, self.anderson_state_ = solve_resident(
+        status, rounds, updates, dual_best, self.anderson_state_, self.global_passes_ = solve_resident(
             problem, a, z, off, local_epochs=epochs, max_epochs=self.max_epochs, max_time=self.max_time,
             shrinking=self.shrinking, tol_abs=self.tol * problem.P0, seed_value=int(rng.integers(2**31 - 1)),
             trace=trace, t0=t0, max_passes=MAX_PASSES_PER_ROUND, iterates=self._iterates,

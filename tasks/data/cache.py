@@ -106,7 +106,7 @@ def checksum(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _describe(path: Path, known: Optional[str] = None) -> Dict[str, Any]:
+def describe_file(path: Path, known: Optional[str] = None) -> Dict[str, Any]:
     entry: Dict[str, Any] = {"bytes": path.stat().st_size, "xxh3_128": known or checksum(path)}
     if path.suffix == ".npy":
         array = np.load(path, mmap_mode="r")
@@ -224,7 +224,7 @@ def seal(folder: Path, config: Dict[str, Any], known: Optional[Dict[str, str]] =
     output, or files a user wrote in the cache's layout); ``known``: checksums the maker
     computed while writing (file name -> xxh3_128), not read again."""
     known = known or {}
-    files = {p.name: _describe(p, known.get(p.name)) for p in sorted(Path(folder).iterdir()) if p.name != "meta.json"}
+    files = {p.name: describe_file(p, known.get(p.name)) for p in sorted(Path(folder).iterdir()) if p.name != "meta.json"}
     meta = {"version": META_VERSION, "config": config, "files": files}
     (Path(folder) / "meta.json").write_text(json.dumps(meta, indent=1))
 

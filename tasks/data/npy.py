@@ -195,7 +195,7 @@ def make_npy(c: NpyData, out: Path, base_dir: Path, progress: ProgressFn) -> Dic
             how = "converted from Fortran order"
         else:
             column = _convert_c(matrix, src, out / "X.npy", progress)  # its buffer freed before the hash's
-            digest = _hash(out / "X.npy", src)
+            digest = file_hash(out / "X.npy", src)
             y = column if column is not None else y
             how = "converted from C order"
         if y is None:  # the target column of a Fortran-order file
@@ -337,7 +337,7 @@ def _convert_c(matrix: DiskMatrix, src: Source, out: Path, progress: ProgressFn)
     return y
 
 
-def _hash(path: Path, src: Source) -> str:
+def file_hash(path: Path, src: Source) -> str:
     """The xxh3_128 of a file just written, read past the page cache."""
     written = DiskMatrix(path, max_request=_request_bytes())
     try:

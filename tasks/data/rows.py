@@ -35,7 +35,7 @@ import numpy as np
 import xxhash
 
 from solvers.storage.files import aligned_width, npy_header, read_npy_header, write_coordinate_major
-from tasks.data.cache import _describe
+from tasks.data.cache import describe_file
 from tasks.data.errors import DataError
 
 log = logging.getLogger(__name__)
@@ -66,8 +66,8 @@ def sample_major(folder) -> Path:
                  folder.name, ROWS_FILE)
     start = time.perf_counter()
     digest = transpose(source, out, shape, dtype, offset)
-    meta["files"][ROWS_FILE] = _describe(out, digest)
-    drop_pages(out)  # _describe's look at the header read ahead into the data
+    meta["files"][ROWS_FILE] = describe_file(out, digest)
+    drop_pages(out)  # describe_file's look at the header read ahead into the data
     tmp = meta_path.with_name(f"meta.json.tmp-{os.getpid()}")
     tmp.write_text(json.dumps(meta, indent=1))
     os.replace(tmp, meta_path)

@@ -179,7 +179,7 @@ def make_zarr(c: ZarrData, out: Path, base_dir: Path, progress: ProgressFn) -> D
     y = None if src.target is None else _target(src.target, c.target)
     column = _convert(src, out / "X.npy", progress)
     y = column if column is not None else y
-    digest = npy._hash(out / "X.npy", None)  # one pass past the page cache, npy's conversion buffer
+    digest = npy.file_hash(out / "X.npy", None)  # one pass past the page cache, npy's conversion buffer
     np.save(out / "y.npy", binary_target(y, c.positive_class, c.name))
     log.info("data zarr: %s %d x %d %s (chunks %s) converted in %.1fs", c.path, src.n_samples, src.n_features,
              src.out_dtype, tuple(src.array.chunks), time.perf_counter() - started)

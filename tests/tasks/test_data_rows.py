@@ -18,7 +18,7 @@ from solvers.storage.reader import DiskMatrix, aligned_empty, write_coordinate_m
 from solvers.storage.files import read_npy_header
 from solvers.duhl.solver import DuHL
 from tasks.data import DataError, SphereData, SyntheticDenseData, cache, checksum, load_dataset, read_cached
-from tasks.data.cache import _describe
+from tasks.data.cache import describe_file
 from tasks.data.rows import ROWS_FILE, features, sample_major, transpose
 from tasks.problems import build_problem_on_disk, coordinate_stats, labels_for
 from tests.solvers.storage.test_reader import resident_bytes
@@ -135,7 +135,7 @@ def test_an_unpadded_copy_from_before_is_written_again_once(tmp_path):
     old = ds.path / ROWS_FILE  # as the cache wrote it before rows were padded, recorded in meta.json
     write_coordinate_major(old, 200, 500, [X])
     meta = json.loads((ds.path / "meta.json").read_text())
-    meta["files"][ROWS_FILE] = _describe(old, checksum(old))
+    meta["files"][ROWS_FILE] = describe_file(old, checksum(old))
     (ds.path / "meta.json").write_text(json.dumps(meta))
     path = sample_major(ds.path)
     assert read_npy_header(path)[0] == (200, 512)

@@ -26,11 +26,11 @@ constrained g (the classifiers' duals) a' could leave the domain.
 import numpy as np
 from numba.extending import overload
 
-from solvers.duhl.loops.driver import is_csr
 from solvers.glm.certificates import residual_stats
 from solvers.glm.models import g_value
 from solvers.kernels import cpu
 from solvers.kernels.cache import compiled
+from solvers.kernels.layouts import is_csr
 
 REG = 1e-10  # eps of the small system, relative to its trace
 

@@ -16,9 +16,9 @@ many: the block's subproblem solved further takes fewer rounds).
 import numpy as np
 
 from solvers.duhl.gaps.schedule import rounds_left
-from solvers.duhl.loops.driver import add, entries
 from solvers.glm.models import coord_update
 from solvers.kernels.cache import compiled
+from solvers.kernels.layouts import add, entries
 
 GRAM_PAYS = 2.0  # G is built once the data work predicted to the tolerance is this many times its cost
 # a pair of a sample's nonzeros in G costs about this many entries of an epoch's work (the sparse
@@ -34,13 +34,14 @@ ANCHOR_EVERY = 16  # the swap loop's certified rows between two data passes that
 # every ROWS_EVERY rounds (sooner as the gap nears tol)
 ROWS_EVERY, ROW_SHARE = 8, 0.1
 COV_ROUNDS = 16  # the all-resident loop's global pass at least this many rounds after the last (G's drift)
+GRAM_BYTES_SHARE = 1.0  # G (8 n^2 bytes) at most this share of the data's bytes
 
 
 def gram_fits(problem):
     """Whether covariance updates apply: the Lasso family (coordinates: features) in RAM, G
     (8 n^2 bytes) at most the data's bytes."""
     n = problem.n_coords
-    return not problem.dual_form and not problem.on_disk and 8 * n * n <= int(problem.coord_bytes.sum())
+    return not problem.dual_form and not problem.on_disk and 8 * n * n <= GRAM_BYTES_SHARE * int(problem.coord_bytes.sum())
 
 
 def gram_cost(problem):
@@ -135,6 +136,20 @@ def catch_up(D, work, a, a_ref, z, c):
         if d != 0.0:
             add(D, i, c * d, z)
             a_ref[i] = a[i]
+
+
+@compiled(inline="always")
+def gram_block_end(B, positions, block, a, a_ref, z, off, mu, c, theta, t, gaps, s):
+    """After the block's epochs from G: z moved by the block's moves since a_ref (the round's start
+    state: the certificate's), and the block's gaps and s from t."""
+    shift = c * off[0] * z.shape[0]
+    for jj in range(block.shape[0]):
+        i = block[jj]
+        d = a[i] - a_ref[i]
+        if d != 0.0:
+            add(B, positions[jj], c * d, z)
+        s[i] = t[i] - shift * mu[i]
+        gaps[i] = coord_gap(theta, a[i], s[i])
 
 
 def stale_entries(problem, stale_bytes):

@@ -1,5 +1,4 @@
-"""What the compiled round loops share: the data's two layouts behind one call, the form of the
-problem as the kernels see it, NumPy's pairwise sum, the rows they record and the slices they
+"""What the compiled round loops share: the form of the problem as the kernels see it, NumPy's pairwise sum, the rows they record and the slices they
 run in.
 
 A compiled loop runs many rounds per call (a *slice*) and hands its rows back at the end of
@@ -15,9 +14,8 @@ import numpy as np
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
-from numba.extending import intrinsic, overload
+from numba.extending import intrinsic
 
-from solvers.kernels import cpu
 from solvers.kernels.cache import compiled
 
 # a slice's work: about this many data entries of epochs (tens of ms on this project's machines), so
@@ -84,65 +82,6 @@ def record_history(trace, problem, rows, t0, **fixed):
                  primal=primal, dual=dual, gap=rows["gap"],
                  rel_gap=rows["gap"] / P0 if P0 > 0 else np.zeros(rows.shape[0]), certified=rows["certified"],
                  bytes_h2d=rows["bytes_h2d"], swaps=rows["swaps"], n_resident=rows["n_resident"], **fixed)
-
-
-# --------------------------------------------------------------- the data's two layouts ---
-def is_csr(D):
-    """Whether the (typed) data D is a CSR triple (indptr, indices, data), not (rows,)."""
-    return len(getattr(D, "types", ())) == 3 or getattr(D, "count", 0) == 3
-
-
-def epoch(D, coords, order, a, z, off, mu, sqnorm, c, theta):
-    """An epoch over the rows ``order`` of the data D (coordinates coords[order])."""
-
-
-def gaps_of(D, positions, coords, a, z, off, mu, c, theta, out, s):
-    """Gaps and s of ``coords`` whose data are rows ``positions`` of D."""
-
-
-def add(D, i, cd, z):
-    """z += cd * row i of D."""
-
-
-def entries(D, i):
-    """The entries of row i of D."""
-
-
-@overload(epoch)
-def _epoch_for(D, coords, order, a, z, off, mu, sqnorm, c, theta):
-    if is_csr(D):
-        return lambda D, coords, order, a, z, off, mu, sqnorm, c, theta: cpu.scd_epoch_sparse(
-            D[0], D[1], D[2], coords, order, a, z, off, mu, sqnorm, c, theta)
-    return lambda D, coords, order, a, z, off, mu, sqnorm, c, theta: cpu.scd_epoch_dense(
-        D[0], coords, order, a, z, off, mu, sqnorm, c, theta)
-
-
-@overload(gaps_of)
-def _gaps_for(D, positions, coords, a, z, off, mu, c, theta, out, s):
-    if is_csr(D):
-        return lambda D, positions, coords, a, z, off, mu, c, theta, out, s: cpu.gaps_sparse(
-            D[0], D[1], D[2], positions, coords, a, z, off, mu, c, theta, out, s)
-    return lambda D, positions, coords, a, z, off, mu, c, theta, out, s: cpu.gaps_dense(
-        D[0], positions, coords, a, z, off, mu, c, theta, out, s)
-
-
-@overload(add)
-def _add_for(D, i, cd, z):
-    if is_csr(D):
-        return lambda D, i, cd, z: cpu.sparse_axpy(D[0], D[1], D[2], i, cd, z)
-
-    def dense(D, i, cd, z):
-        rows = D[0]
-        for k in range(rows.shape[1]):
-            z[k] += cd * rows[i, k]
-    return dense
-
-
-@overload(entries)
-def _entries_for(D, i):
-    if is_csr(D):
-        return lambda D, i: D[0][i + 1] - D[0][i]
-    return lambda D, i: D[0].shape[1]
 
 
 # ------------------------------------------------------------------------ the clock ---

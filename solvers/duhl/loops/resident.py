@@ -39,11 +39,12 @@ from solvers.duhl.accel.gram import COV_ROUNDS, catch_up, gram_cost, gram_epoch,
 from solvers.duhl.gaps.memory import proven
 from solvers.duhl.gaps.schedule import next_pass
 from solvers.duhl.loops import driver
-from solvers.duhl.loops.driver import BUILD_GRAM, CONVERGED, MAX_UPDATES, SLICE_END, epoch, gaps_of, write_row
+from solvers.duhl.loops.driver import BUILD_GRAM, CONVERGED, MAX_UPDATES, SLICE_END, write_row
 from solvers.glm.certificates import form_certificate, residual_stats
 from solvers.glm.models import coord_gap, shrink_cut
 from solvers.kernels import cpu
 from solvers.kernels.cache import compiled
+from solvers.kernels.layouts import epoch, gaps_of
 
 WS_LEAST = 100  # the Lasso's smallest working set (celer's and skglm's p0 is 10: 100 measured faster)
 INNER = 0.3  # a global pass once the working set's gap is this share of the last global gap
@@ -103,7 +104,7 @@ class Buffers(NamedTuple):
 
 
 @compiled
-def _grow_cap(work, n_work, a, gaps, least):
+def grow_cap(work, n_work, a, gaps, least):
     """celer's and skglm's growing working set: keep every coordinate of ``work[:n_work]`` that is
     non-zero, and of the rest the largest gaps, up to max(least, 2 x non-zeros) in all, when that
     is at most a quarter of all n coordinates (beyond, the growth's extra global passes cost more
@@ -148,7 +149,7 @@ def _same_set(old, new, n):
 
 
 @compiled
-def _global_gaps(D, a, z, off, form, centred, st, buf):
+def global_gaps(D, a, z, off, form, centred, st, buf):
     """Every coordinate's gap and s at the state, reading the data only of those whose gap no
     bound proves 0 (a proven one gets gap 0, what a read gives, and its last s); ``buf.todo``
     holds 0..n-1 before the first pass, then the coordinates read. Returns how many were read."""
@@ -271,7 +272,7 @@ def run_resident_slice(D, a, z, off, form, cfg, st, buf, history, iterates, acce
     from_g = accel.shape[0] > 1 and not cfg.centred  # Anderson from G: no intercept (its objective needs z)
     while True:
         if st.fresh:  # a global pass: certificate, then the next working set
-            n_read = _global_gaps(D, a, z, off, form, cfg.centred, st, buf)
+            n_read = global_gaps(D, a, z, off, form, cfg.centred, st, buf)
             st.reads += n_read
             gap_sum = 0.0
             s_max = 0.0
@@ -306,7 +307,7 @@ def run_resident_slice(D, a, z, off, form, cfg, st, buf, history, iterates, acce
                         work[n_work] = i
                         n_work += 1
                 if grow:
-                    n_work = _grow_cap(work, n_work, a, gaps, cfg.ws_least)
+                    n_work = grow_cap(work, n_work, a, gaps, cfg.ws_least)
             if n_work == 0 or n_work > n // 2:  # shrinking would save little: visit all
                 work[:] = everyone
                 n_work = n
@@ -361,12 +362,25 @@ def run_resident_slice(D, a, z, off, form, cfg, st, buf, history, iterates, acce
             return SLICE_END
 
 
+def start(problem, z, off, seed_value=0):
+    """The loop's state and buffers at the start (z, off) of a solve: every coordinate in the
+    working set, a global pass due first."""
+    n = problem.n_coords
+    buf = Buffers(np.arange(n, dtype=np.int64), np.arange(n, dtype=np.int64), np.empty(n), np.empty(n),
+                  np.empty(n), np.zeros((n, 2)), np.sqrt(problem.sqnorm), np.abs(problem.mu), np.zeros(2), z.copy(),
+                  np.arange(n, dtype=np.int64), np.array([0.0, np.inf, 0.0]), cpu.random_state(seed_value),
+                  np.zeros(n, np.bool_), np.empty(n, np.int64), np.empty(n), np.empty(n), np.zeros(1))
+    st = np.zeros(1, dtype=STATE).view(np.recarray)[0]
+    st.n_work, st.fresh, st.dual_best, st.shift = n, True, -np.inf, problem.c * off[0] * z.shape[0]
+    return st, buf
+
+
 def solve_resident(problem, a, z, off, *, local_epochs, max_epochs, max_time, shrinking, tol_abs, seed_value, trace,
                    t0, max_passes, iterates, anderson=0, gram=True):
     """Run :func:`run_resident_slice` until it stops, its rows into ``trace``. ``anderson``: K > 0
     extrapolates every K passes (the Lasso family only; the caller checks); ``gram``: covariance
     updates where they pay. Returns (status, rounds, updates, the best dual value, Anderson's
-    [stored, tries, kept])."""
+    [stored, tries, kept], the global passes and the coordinates they read)."""
     n = problem.n_coords
     A = problem.A
     D = driver.data_of(A, problem.sparse)
@@ -375,12 +389,7 @@ def solve_resident(problem, a, z, off, *, local_epochs, max_epochs, max_time, sh
     g_cost = gram_cost(problem) if gram and gram_fits(problem) else 0.0
     cfg = Settings(float(tol_abs), float(max_epochs * n), int(local_epochs), int(max_passes), bool(shrinking),
                    WS_LEAST, centred, float(g_cost), int(problem.coord_bytes.sum()))
-    buf = Buffers(np.arange(n, dtype=np.int64), np.arange(n, dtype=np.int64), np.empty(n), np.empty(n),
-                  np.empty(n), np.zeros((n, 2)), np.sqrt(problem.sqnorm), np.abs(problem.mu), np.zeros(2), z.copy(),
-                  np.arange(n, dtype=np.int64), np.array([0.0, np.inf, 0.0]), cpu.random_state(seed_value),
-                  np.zeros(n, np.bool_), np.empty(n, np.int64), np.empty(n), np.empty(n), np.zeros(1))
-    st = np.zeros(1, dtype=STATE).view(np.recarray)[0]
-    st.n_work, st.fresh, st.dual_best, st.shift = n, True, -np.inf, problem.c * off[0] * z.shape[0]
+    st, buf = start(problem, z, off, seed_value)
     history = driver.new_history()
     iterates = np.empty((0, n)) if iterates is None else iterates
     accel = np.empty((anderson + 1 if anderson > 0 else 0, n))
@@ -399,4 +408,5 @@ def solve_resident(problem, a, z, off, *, local_epochs, max_epochs, max_time, sh
             status = driver.STATUS[code]
         elif max_time is not None and time.perf_counter() - t0 >= max_time:
             status = "max_time"
-    return status, int(st.rounds), float(st.updates), float(st.dual_best), accel_state
+    passes = {"gap_passes": int(st.passes), "coordinates_read": int(st.reads), "gram_built": cov[0].shape[0] > 0}
+    return status, int(st.rounds), float(st.updates), float(st.dual_best), accel_state, passes

@@ -29,20 +29,21 @@ from typing import NamedTuple
 import numpy as np
 from numba.extending import overload
 
-from solvers.duhl.accel.gram import (ANCHOR_EVERY, GRAM_AT_ONCE, GRAM_EPOCHS, add, gram_after, gram_cost, gram_epoch,
-                                     gram_fits, gram_matrix, gram_pays, rows_every, stale_entries)
+from solvers.duhl.accel import gram as gram_settings
+from solvers.duhl.accel.gram import (GRAM_AT_ONCE, gram_after, gram_block_end, gram_cost, gram_epoch, gram_fits,
+                                     gram_matrix, gram_pays, rows_every, stale_entries)
 from solvers.duhl.block.gap_block import gap_block
 from solvers.duhl.block.policies import child, stream
 from solvers.duhl.gaps.memory import (PLAN, certified, certify_due, dual_step, new_plan, plan_refresh, proven)
 from solvers.duhl.gaps.schedule import rounds_left
 from solvers.duhl.loops import driver
-from solvers.duhl.loops.driver import (BUILD_GRAM, CONVERGED, MAX_UPDATES, SLICE_END, epoch, gaps_of, is_csr,
-                                       pairwise_sum, write_row)
+from solvers.duhl.loops.driver import BUILD_GRAM, CONVERGED, MAX_UPDATES, SLICE_END, pairwise_sum, write_row
 from solvers.duhl.loops.rounds import MAX_PASSES_PER_ROUND, refresh_first, round_epochs
 from solvers.glm.certificates import form_certificate, residual_stats
 from solvers.glm.models import coord_gap, shrink_cut
 from solvers.kernels import cpu
 from solvers.kernels.cache import compiled
+from solvers.kernels.layouts import epoch, gaps_of, is_csr
 
 POLICIES = {"gap": 0, "sequential": 1, "random": 2}
 GAP, SEQUENTIAL, RANDOM = 0, 1, 2
@@ -72,6 +73,8 @@ STATE = np.dtype([
 
 GRAM = np.dtype([
     ("on", np.bool_),            # G built: the stale gaps' dots come from it
+    ("anchor_every", np.float64),  # certified rows between two data passes that re-anchor the dots
+    ("epochs", np.float64),      # the block's epochs from G per epoch from the data (0: from the data)
     ("build_at", np.float64),    # the round after which the slice returns to build G (0: never)
     ("since", np.float64),       # certified rows since the last anchor (a data pass)
     ("drift", np.float64),       # the largest drift of G's dots from the data's at an anchor
@@ -318,7 +321,7 @@ def _round_certify(A, G, dots, a_ref, gram, stale, fresh, a, z, off, form, st, b
     due = gram.skip <= 0.0  # else the stale gaps only, and no certificate
     gram.skip -= 0.0 if due else 1.0
     carried = st.dual_best
-    anchor = due and gram.since + 1.0 >= ANCHOR_EVERY
+    anchor = due and gram.since + 1.0 >= gram.anchor_every
     while True:
         if anchor:
             everyone = buf.everyone
@@ -385,20 +388,6 @@ def _start_row(rnd, A, G, dots, a_ref, gram, stale, a, z, off, form, cfg, plan, 
     return gap, full
 
 
-@compiled(inline="always")
-def _gram_block_end(B, positions, block, a, a_ref, z, off, mu, c, theta, t, gaps, s):
-    """After the block's epochs from G: z moved by the block's moves since a_ref (the round's start
-    state: the certificate's), and the block's gaps and s from t."""
-    shift = c * off[0] * z.shape[0]
-    for jj in range(block.shape[0]):
-        i = block[jj]
-        d = a[i] - a_ref[i]
-        if d != 0.0:
-            add(B, positions[jj], c * d, z)
-        s[i] = t[i] - shift * mu[i]
-        gaps[i] = coord_gap(theta, a[i], s[i])
-
-
 # ------------------------------------------------------------------------ the loop ---
 @compiled
 def run_swap_slice(A, B, coord_bytes, a, z, off, form, cfg, st, buf, plan, gram, cov, history, iterates):
@@ -414,7 +403,7 @@ def run_swap_slice(A, B, coord_bytes, a, z, off, form, cfg, st, buf, plan, gram,
     row_coord, pos, visit, order, positions = buf.row_coord, buf.pos, buf.visit, buf.order, buf.positions
     everyone = buf.everyone
     if st.known == NONE_KNOWN:  # row 0: every gap at the start state (none fresh)
-        gram.since = ANCHOR_EVERY  # a data pass: the dots start there
+        gram.since = gram.anchor_every  # a data pass: the dots start there
         primal, dual, gap = _round_certify(A, G, dots, a_ref, gram, everyone, buf.fresh, a, z, off, form, st, buf,
                                            cfg.tol_abs)
         write_row(history, st.rows, iterates, st.kept, a, st.updates, primal, dual, gap, 0, st.bytes_h2d, st.swaps,
@@ -492,8 +481,8 @@ def run_swap_slice(A, B, coord_bytes, a, z, off, form, cfg, st, buf, plan, gram,
                                    coord_bytes, st, buf, history, iterates)
             if full and gap <= cfg.tol_abs:
                 return CONVERGED
-        on_gram = gram.on and GRAM_EPOCHS > 0 and st.known == BLOCK_KNOWN  # fresh dots: the epochs from G
-        passes *= GRAM_EPOCHS if on_gram else 1
+        on_gram = gram.on and gram.epochs > 0 and st.known == BLOCK_KNOWN  # fresh dots: the epochs from G
+        passes *= int(gram.epochs) if on_gram else 1
         if cfg.proving:
             buf.z_old[:] = z
             st.shift_old = c * off[0] * z.shape[0]
@@ -512,7 +501,7 @@ def run_swap_slice(A, B, coord_bytes, a, z, off, form, cfg, st, buf, plan, gram,
                 st.updates += epoch(B, row_coord, order[:left], a, z, off, mu, sqnorm, c, theta)
         # the block's gaps at the new state (the others are stale now)
         if on_gram:  # z moves by the block's moves, its gaps from t_gram
-            _gram_block_end(B, positions[:m], block[:m], a, a_ref, z, off, mu, c, theta, buf.t_gram, gaps, s)
+            gram_block_end(B, positions[:m], block[:m], a, a_ref, z, off, mu, c, theta, buf.t_gram, gaps, s)
         else:
             gaps_of(B, positions[:m], block[:m], a, z, off, mu, c, theta, buf.out_g[:m], buf.out_s[:m])
             for j in range(m):
@@ -549,6 +538,14 @@ def routes(solver, problem, rset):
     nothing to overlap on a CPU), a gap, sequential or random selection, refresh "all" or "auto"."""
     return (solver.device == "cpu" and not problem.on_disk and not rset.staging_bytes
             and solver.selection in POLICIES and solver.refresh in ("all", "auto"))
+
+
+def uses_gram(solver, problem):
+    """Whether the loop may keep the stale gaps' dots from the Gram matrix: DuHL's ``gram`` "auto"
+    with refresh "auto" (with "all" every stale gap is read from the data: the Python loop's twin),
+    or True; on the CPU, the Lasso family in RAM, G at most the data's bytes."""
+    return (solver.gram is not False and solver.device == "cpu" and gram_fits(problem)
+            and (solver.refresh == "auto" or solver.gram is True))
 
 
 def _hand_back(rset, problem, block, row_coord, resident, st):
@@ -606,9 +603,9 @@ def solve_swap(solver, problem, rset, a, z, off, rng, trace, t0, iterates):
     # rounds, or at once; the proofs stop when it is built
     gram = np.zeros(1, dtype=GRAM).view(np.recarray)[0]
     gram.rows_every = float(rows_every(problem, rset.capacity_bytes))
-    uses_gram = (solver.gram is not False and solver.device == "cpu" and gram_fits(problem)
-                 and (solver.refresh == "auto" or solver.gram is True))
-    if uses_gram:
+    gram.anchor_every = float(gram_settings.ANCHOR_EVERY)
+    gram.epochs = float(gram_settings.GRAM_EPOCHS)
+    if uses_gram(solver, problem):
         gram.build_at = max(1, gram_after(problem, stale_bytes))
         gram.cost, gram.work = gram_cost(problem), stale_entries(problem, stale_bytes)
     at_once = 0 < gram.build_at <= GRAM_AT_ONCE
@@ -621,13 +618,13 @@ def solve_swap(solver, problem, rset, a, z, off, rng, trace, t0, iterates):
     buf = _buffers(problem, rset, z, rng, solver.selection, proving)
     st = np.zeros(1, dtype=STATE).view(np.recarray)[0]
     st.dual_best, st.known, st.m = -np.inf, NONE_KNOWN, -1
-    plan = new_plan(solver.refresh == "auto" and not uses_gram)
+    plan = new_plan(solver.refresh == "auto" and not uses_gram(solver, problem))
     cov = (np.zeros((0, 0)), np.zeros(n), a.copy())
 
     def build_gram():
         """G built: the next row anchors its dots (a data pass); every stale gap from the dots, none
         proven (their gaps are 0, valid)."""
-        gram.on, gram.build_at, gram.since = True, 0.0, float(ANCHOR_EVERY)
+        gram.on, gram.build_at, gram.since = True, 0.0, gram.anchor_every
         buf.proven[:] = False
         return (gram_matrix(problem), cov[1], a.copy()), cfg._replace(proving=False)
 
@@ -649,6 +646,8 @@ def solve_swap(solver, problem, rset, a, z, off, rng, trace, t0, iterates):
         elif solver.max_time is not None and time.perf_counter() - t0 >= solver.max_time:
             status = "max_time"
     _hand_back(rset, problem, block, buf.row_coord, buf.resident, st)
+    solver.gram_ = {"built": bool(gram.on), "anchors": int(gram.anchors), "drift": float(gram.drift),
+                    "rows_from_gram": int(gram.gram_rows)}
     if status != "converged":  # the last round's end state: one more pass certifies it
         gaps, s = problem.coordinate_gaps(a, z, off, with_s=True)
         if len(trace.rows) < iterates.shape[0]:

@@ -1,4 +1,4 @@
-"""Anderson extrapolation in the all-resident loop (solvers.duhl.anderson): the solution
+"""Anderson extrapolation in the all-resident loop (solvers.duhl.accel.anderson): the solution
 still matches scikit-learn's, every certified gap is still exact against dual points
 written out independently (glm_oracles), extrapolated points are actually kept, and the
 option is checked and reported where it does not apply."""
@@ -7,9 +7,8 @@ import numpy as np
 import pytest
 
 import glm_oracles as go
-import solvers.duhl.inmemory as inmemory
-from solvers.duhl.anderson import _weights
-from solvers.duhl.solver import DuHL
+from solvers.duhl import DuHL
+from solvers.duhl.accel.anderson import _weights
 from solvers.glm.problems import make_problem
 
 SPARSE = pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
@@ -18,8 +17,13 @@ SPARSE = pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"
 @pytest.fixture(autouse=True)
 def _data_passes(monkeypatch):
     """Anderson extrapolates passes over the data: covariance updates (which replace those passes
-    where G pays, and extrapolate nothing) stay off here."""
-    monkeypatch.setattr(inmemory, "COVARIANCE", False)
+    where G pays, and extrapolate nothing) stay off here (gram=False)."""
+    real = DuHL.__init__
+
+    def init(self, *args, gram=False, **kwargs):
+        real(self, *args, gram=gram, **kwargs)
+
+    monkeypatch.setattr(DuHL, "__init__", init)
 
 
 def _problem(case):

@@ -1,4 +1,4 @@
-"""local_epochs="auto", DuHL's default (solvers.duhl.swaps.round_epochs): with part of the data
+"""local_epochs="auto", DuHL's default (solvers.duhl.loops.rounds.round_epochs): with part of the data
 resident in RAM a round runs AUTO_EPOCHS epochs on the block, with all data resident or the data
 on disk one; both round loops run it alike, it reaches the optimum, and a bad value gets a one-line
 error."""
@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 import glm_oracles as go
-from solvers.duhl.solver import DuHL
-from solvers.duhl.swaps import AUTO_EPOCHS, round_epochs
+from solvers.duhl import DuHL
+from solvers.duhl.loops.rounds import AUTO_EPOCHS, round_epochs
 from solvers.glm.problems import make_problem
-from test_compiled_swaps import _solve  # DuHL in the loop a test names
+from test_swap_loop import _solve  # DuHL in the loop a test names
 
 
 def test_auto_is_two_epochs_in_ram_one_on_disk_and_a_number_is_kept():
@@ -41,9 +41,9 @@ def test_budgeted_auto_reaches_the_optimum_in_both_loops_alike(case_factory, mon
     case = case_factory("lasso", True, np.float64)
     problem = make_problem(go.PROBLEM_NAME[case.model], case.X, case.y, **case.params)
     kw = dict(memory_budget=0.25, local_epochs="auto", refresh="all", tol=1e-12, max_epochs=20000, random_state=1)
-    py = _solve(problem, False, monkeypatch, **kw)
-    cc = _solve(problem, True, monkeypatch, **kw)
-    one = _solve(problem, True, monkeypatch, **dict(kw, local_epochs=1))
+    py = _solve(problem, False, **kw)
+    cc = _solve(problem, True, **kw)
+    one = _solve(problem, True, **dict(kw, local_epochs=1))
     assert py.status == cc.status == one.status == "converged"
     cols = ["round", "epoch", "primal", "dual", "gap", "swaps"]
     assert py.trace[cols].reset_index(drop=True).equals(cc.trace[cols].reset_index(drop=True))
@@ -65,7 +65,7 @@ def test_the_default_on_disk_runs_one_epoch_a_round(tmp_path, monkeypatch):
     """With the data on disk (host_budget) "auto" is one epoch a round (the number the round loop
     gets: its reads "as the disk allows" depend on timing, so no two traces need agree); a number
     given is kept."""
-    from solvers.duhl import swaps
+    from solvers.duhl.loops import python as python_loop
     from solvers.storage.reader import write_coordinate_major
     from solvers.storage.on_disk import OnDisk
     from solvers.glm.problems import make_problem_on_disk
@@ -83,7 +83,7 @@ def test_the_default_on_disk_runs_one_epoch_a_round(tmp_path, monkeypatch):
         seen.append(round_epochs(local_epochs, on_disk))
         return seen[-1]
 
-    monkeypatch.setattr(swaps, "round_epochs", spy)
+    monkeypatch.setattr(python_loop, "round_epochs", spy)
     res = DuHL(host_budget=0.25, tol=1e-10, max_epochs=2000, random_state=0).solve(problem)
     assert res.status == "converged" and seen == [1]
     DuHL(host_budget=0.25, local_epochs=2, tol=1e-10, max_epochs=2000, random_state=0).solve(problem)

@@ -1,4 +1,4 @@
-"""Covariance updates in the all-resident loop (solvers.duhl.covariance): a pass from the Gram
+"""Covariance updates in the all-resident loop (solvers.duhl.accel.gram): a pass from the Gram
 matrix makes the data epoch's updates, a solve that builds G still certifies the oracle's optimum
 (gaps written out from its coefficients alone), and G is built only when the rate says it pays."""
 
@@ -9,10 +9,10 @@ import pytest
 import scipy.sparse as sp
 
 import glm_oracles as go
-import solvers.duhl.inmemory as inmemory
-from solvers.duhl.anderson import extrapolate, extrapolate_gram
-from solvers.duhl.covariance import GRAM_PAYS, catch_up, cov_epoch, gram_pays
-from solvers.duhl.solver import DuHL
+import solvers.duhl.loops.resident as resident_loop
+from solvers.duhl import DuHL
+from solvers.duhl.accel.anderson import extrapolate, extrapolate_gram
+from solvers.duhl.accel.gram import GRAM_PAYS, catch_up, gram_epoch, gram_pays
 from solvers.glm.problems import make_problem
 from solvers.kernels import cpu
 
@@ -48,7 +48,7 @@ def test_a_pass_from_g_makes_the_data_epochs_updates(case_factory, model, sparse
     G = Ad @ Ad.T
     dots, a_ref = Ad @ z, a.copy()
     work = np.arange(n, dtype=np.int64)
-    cov_epoch(G, work, order, work, a, off, problem.mu, problem.sqnorm, problem.c, problem.theta, dots, z.shape[0])
+    gram_epoch(G, work, order, work, a, off, problem.mu, problem.sqnorm, problem.c, problem.theta, dots, z.shape[0])
     assert np.abs(a_data - a0).max() > 0  # the epoch moved the start (else the comparison proves little)
     np.testing.assert_allclose(a, a_data, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(off, off_data, rtol=1e-9, atol=1e-12)
@@ -124,9 +124,9 @@ def test_a_solve_through_g_certifies_the_oracle_optimum(case_factory, model, spa
     the oracle's optimum, and the gap itself exact against an independent dual point."""
     case = case_factory(model, sparse, np.float64)
     built = []
-    real = inmemory.gram_matrix
-    monkeypatch.setattr(inmemory, "gram_cost", lambda problem: 1e-300)
-    monkeypatch.setattr(inmemory, "gram_matrix", lambda problem: built.append(1) or real(problem))
+    real = resident_loop.gram_matrix
+    monkeypatch.setattr(resident_loop, "gram_cost", lambda problem: 1e-300)
+    monkeypatch.setattr(resident_loop, "gram_matrix", lambda problem: built.append(1) or real(problem))
     res = DuHL(tol=1e-9, max_epochs=3000, random_state=0).solve(_problem(case))
     assert built == [1]
     assert res.status == "converged" and res.gap <= 1e-9 * case.P0
@@ -144,15 +144,15 @@ def test_anderson_from_g_pays_on_w8a_and_stays_certified(w8a, monkeypatch):
     X, y = w8a
     alpha = 0.05 * float(np.abs(X.T @ (y - y.mean())).max()) / X.shape[0]
     problem = make_problem("lasso", X, y, alpha=alpha, fit_intercept=False)
-    real = inmemory.gram_matrix
-    monkeypatch.setattr(inmemory, "gram_cost", lambda problem: 1e-300)
-    monkeypatch.setattr(inmemory, "fits", lambda problem: True)
+    real = resident_loop.gram_matrix
+    monkeypatch.setattr(resident_loop, "gram_cost", lambda problem: 1e-300)
+    monkeypatch.setattr(resident_loop, "gram_fits", lambda problem: True)
     runs = {}
     for anderson in (False, True):
         built = []
-        monkeypatch.setattr(inmemory, "gram_matrix", lambda problem: built.append(1) or real(problem))
+        monkeypatch.setattr(resident_loop, "gram_matrix", lambda problem: built.append(1) or real(problem))
         solver = DuHL(tol=1e-8, max_epochs=2000, random_state=0, anderson=anderson)
-        runs[anderson] = (solver.solve(problem), solver._accel_state.copy())
+        runs[anderson] = (solver.solve(problem), solver.anderson_state_.copy())
         assert built == [1]
     (res, state), (plain, _) = runs[True], runs[False]
     assert res.status == plain.status == "converged" and state[2] > 0
@@ -169,7 +169,7 @@ def test_g_is_not_built_for_a_solve_of_one_epoch(monkeypatch):
     Q, _ = np.linalg.qr(rng.standard_normal((200, 20)))
     y = Q @ rng.standard_normal(20) + 0.1 * rng.standard_normal(200)
     built = []
-    monkeypatch.setattr(inmemory, "gram_matrix", lambda problem: built.append(1))
+    monkeypatch.setattr(resident_loop, "gram_matrix", lambda problem: built.append(1))
     res = DuHL(tol=1e-9, random_state=0).solve(make_problem("lasso", Q * 14.0, y, alpha=0.01,
                                                             fit_intercept=False))
     assert res.status == "converged" and built == []
@@ -177,38 +177,13 @@ def test_g_is_not_built_for_a_solve_of_one_epoch(monkeypatch):
 
 def test_gram_pays_is_the_predicted_work_against_the_cost():
     """Rounds left = log(tol / gap) over the rate per round since the last certificate."""
-    schedule = np.array([2.0, 1e-2, 0.0])  # last certificate: round 2, gap 1e-2
+    last = (2.0, 1e-2)  # last certificate: round 2, gap 1e-2
     gap, rounds, tol = 1e-3, 4.0, 1e-7  # a tenth in 2 rounds: 8 rounds to 1e-7
     left = math.log(tol / gap) / (math.log(gap / 1e-2) / 2.0)
     assert left == pytest.approx(8.0)
     work = 1000.0
-    assert gram_pays(left * work / GRAM_PAYS * 0.999, schedule, rounds, gap, tol, work)
-    assert not gram_pays(left * work / GRAM_PAYS * 1.001, schedule, rounds, gap, tol, work)
-    assert not gram_pays(0.0, schedule, rounds, gap, tol, work)  # no cost: covariance updates do not apply
-    assert not gram_pays(1.0, schedule, rounds, 2e-2, tol, work)  # the gap rose: no rate
-    assert not gram_pays(1.0, np.array([0.0, np.inf, 0.0]), 0.0, gap, tol, work)  # the first certificate
-
-
-@SPARSE
-def test_the_dots_after_a_global_pass_are_the_datas(case_factory, sparse):
-    """_fresh_dots: <A_i, z> of the working set from the pass's s where it read coordinate i, from the
-    data where it did not (a gap the proofs gave keeps an old s: here garbage), with an intercept shift."""
-    problem = _problem(case_factory("lasso", sparse, np.float64))
-    n, A = problem.n_coords, problem.A
-    rng = np.random.default_rng(2)
-    a = rng.standard_normal(n) * 0.1
-    z, off = problem.state_from(a)
-    off[0] = 0.3  # a shift, so that s and the dots differ by c off m mu_i
-    Ad = A.toarray() if sp.issparse(A) else np.asarray(A, dtype=np.float64)
-    true_dots = Ad @ z
-    s = true_dots - problem.c * off[0] * z.shape[0] * problem.mu
-    was_read = np.sort(rng.choice(n, n // 2, replace=False)).astype(np.int64)
-    unread = np.setdiff1d(np.arange(n), was_read)
-    s[unread] = 1e6  # what a proof leaves: not this state's
-    D = (A.indptr, A.indices, A.data) if problem.sparse else (A,)
-    work = np.arange(n, dtype=np.int64)
-    dots, a_ref = np.zeros(n), np.zeros(n)
-    inmemory._fresh_dots(D, work, a, z, off, problem.mu, problem.c, problem.theta, s, was_read, dots, a_ref,
-                         np.zeros(n, np.bool_), np.empty(n, np.int64), np.zeros(1), np.empty(n), np.empty(n))
-    np.testing.assert_allclose(dots, true_dots, rtol=1e-12, atol=1e-12 * np.abs(true_dots).max())
-    np.testing.assert_array_equal(a_ref, a)
+    assert gram_pays(left * work / GRAM_PAYS * 0.999, *last, rounds, gap, tol, work)
+    assert not gram_pays(left * work / GRAM_PAYS * 1.001, *last, rounds, gap, tol, work)
+    assert not gram_pays(0.0, *last, rounds, gap, tol, work)  # no cost: covariance updates do not apply
+    assert not gram_pays(1.0, *last, rounds, 2e-2, tol, work)  # the gap rose: no rate
+    assert not gram_pays(1.0, 0.0, np.inf, 0.0, gap, tol, work)  # the first certificate

@@ -12,7 +12,7 @@ from sklearn.linear_model import ElasticNet as SkElasticNet
 from sklearn.linear_model import Lasso as SkLasso
 
 from solvers.duhl import solver as duhl_solver
-from solvers.duhl import swaps
+from solvers.duhl.loops import python as python_loop
 from solvers.storage.reader import write_coordinate_major
 from solvers.storage.on_disk import OnDisk
 from solvers.duhl.solver import DuHL
@@ -67,7 +67,7 @@ def test_same_iterates_as_the_same_block_in_ram(store, monkeypatch):
     rows come from: the iterates equal the in-memory run's with the same block budget (and
     the same round: the stale gaps refreshed beside it, as on disk, not before the selection
     as the Lasso's in RAM)."""
-    monkeypatch.setattr(swaps, "refresh_first", lambda solver, problem: False)
+    monkeypatch.setattr(python_loop, "refresh_first", lambda device, problem: False)
     path, X, y = store
     alpha = alpha_of(X, y)
     on_disk = make_problem_on_disk("lasso", OnDisk(path), y, alpha=alpha, fit_intercept=False)

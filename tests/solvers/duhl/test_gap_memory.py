@@ -5,10 +5,9 @@ read would give), and numpy's s_i = <A_i - mu_i, u>."""
 import numpy as np
 import pytest
 
-from solvers.duhl import solver as duhl_module
-from solvers.duhl import swaps
-from solvers.duhl.gap_memory import GapMemory, dual_step
-from solvers.duhl.solver import DuHL
+from solvers.duhl import DuHL
+from solvers.duhl.gaps.memory import GapMemory, dual_step
+from solvers.duhl.loops.rounds import provable
 from solvers.glm.problems import make_problem
 
 
@@ -45,7 +44,7 @@ def test_a_proven_gap_is_the_gap_a_read_gives(case):
     a = np.zeros(n)
     z, off = problem.state_from(a)
     memory = GapMemory(*problem.coordinate_gaps(a, z, off, with_s=True), problem.coord_bytes,
-                       **swaps.provable(problem))
+                       **provable(problem))
     m = z.shape[0]
     proven_total = 0
     for step in range(40):
@@ -59,7 +58,8 @@ def test_a_proven_gap_is_the_gap_a_read_gives(case):
             a[block[:3]] += rng.normal(scale=0.3 / (1 + step), size=3)  # a few move; the rest stay at 0
         z, off = problem.state_from(a)
         gaps, s = problem.coordinate_gaps(a, z, off, block, with_s=True)
-        moved = dual_step(old_z, z, problem.c * m * old_off[0], problem.c * m * off[0], memory.mu is not None)
+        moved = np.zeros(2)  # how far u moved
+        dual_step(old_z, z, problem.c * m * old_off[0], problem.c * m * off[0], memory.mu is not None, moved)
         memory.moved(block, gaps, s, step=moved, a=a, u_norm=float(np.linalg.norm(z)))
         proven = np.flatnonzero(memory.proven)
         proven_total += proven.size
@@ -81,9 +81,9 @@ def test_a_proven_gap_is_the_gap_a_read_gives(case):
 
 
 def test_models_without_an_interval_prove_nothing():
-    assert swaps.provable(make_problem("ridge", np.eye(5), np.arange(5.0), alpha=1.0)) == {}
+    assert provable(make_problem("ridge", np.eye(5), np.arange(5.0), alpha=1.0)) == {}
     X = np.random.default_rng(0).standard_normal((40, 5))
-    assert swaps.provable(make_problem("logistic", X, np.sign(X[:, 0]), C=1.0)) == {}
+    assert provable(make_problem("logistic", X, np.sign(X[:, 0]), C=1.0)) == {}
 
 
 @pytest.mark.parametrize("case", ["lasso", "hinge svm"])
@@ -100,8 +100,7 @@ def test_rows_certified_with_proofs_are_exact(case, monkeypatch):
         proofs.append(int(self.proven.sum()))
 
     monkeypatch.setattr(GapMemory, "moved", moved)
-    monkeypatch.setattr(duhl_module, "routes", lambda *args: False)  # the Python loop (small problems compile)
-    res = DuHL(memory_budget=0.25, tol=1e-10, random_state=0, keep_iterates=10_000).solve(problem)
+    res = DuHL(memory_budget=0.25, tol=1e-10, random_state=0, keep_iterates=10_000, loop="python").solve(problem)
     assert res.status == "converged" and max(proofs) > 0
     best = -np.inf
     for a, gap, exact in zip(res.iterates, res.trace.gap, res.trace.certified):

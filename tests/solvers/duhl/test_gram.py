@@ -1,4 +1,4 @@
-"""The compiled swap loop's Gram matrix (solvers.duhl.gram, GRAM): for the Lasso family
+"""The compiled swap loop's Gram matrix (solvers.duhl.accel.gram, DuHL's ``gram``): for the Lasso family
 with few coordinates the stale gaps come from dots <A_i, z> kept up to date by G = A A^T, the data
 read every ANCHOR_EVERY rows and for any row at or below the tolerance. Every row still certifies its
 state (glm_oracles' P and D), the solution is scikit-learn's, the Gram's dots stay within rounding of
@@ -8,10 +8,9 @@ import numpy as np
 import pytest
 
 import glm_oracles as go
-import solvers.duhl.compiled_swaps as compiled
-import solvers.duhl.gram as gram_module
-import solvers.duhl.solver as duhl_module
-from solvers.duhl.solver import DuHL
+import solvers.duhl.accel.gram as gram_module
+import solvers.duhl.loops.swap as swap_loop
+from solvers.duhl import DuHL
 from solvers.glm.problems import make_problem
 
 SPARSE = pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
@@ -24,31 +23,22 @@ def _problem(case):
 
 def _solve(problem, monkeypatch, gram=None, **kw):
     """DuHL in the compiled loop, G built before the first round; returns (result, the Gram's
-    state after the last slice: see gram_module.G_*)."""
-    monkeypatch.setattr(duhl_module, "routes", lambda *args: True)
+    record: DuHL.gram_)."""
     monkeypatch.setattr(gram_module, "GRAM_AFTER", 0.0)
     if gram is not None:
-        monkeypatch.setattr(gram_module, "gram_matrix", gram)
-    states = []
-    real = compiled.run_swap_slice
-
-    def grab(*args):
-        code = real(*args)
-        states.append(args[-3][3].copy())  # gram = (G, dots, a_ref, gstate)
-        return code
-
-    monkeypatch.setattr(compiled, "run_swap_slice", grab)
-    res = DuHL(**kw).solve(problem)
-    return res, states[-1]
+        monkeypatch.setattr(swap_loop, "gram_matrix", gram)
+    solver = DuHL(loop="compiled", **kw)
+    res = solver.solve(problem)
+    return res, solver.gram_
 
 
 @SPARSE
 @FAMILY
 @pytest.mark.parametrize("rows_every", [1, 8])
 def test_every_row_certifies_its_state(case_factory, model, sparse, rows_every, monkeypatch):
-    """With the Gram's dots most rows (G_ROWS) read no stale data; every row's gap is still P - D of
+    """With the Gram's dots most rows (gram_["rows_from_gram"]) read no stale data; every row's gap is still P - D of
     the state it certifies with P and D written out in glm_oracles from that state's coefficients
-    alone (D: the best dual value of the run over rows), as in test_compiled_swaps, and its dual
+    alone (D: the best dual value of the run over rows), as in test_swap_loop, and its dual
     value within 1e-11 of the oracle's: a Gram row's dual, carried on to the later rows, is as good
     as a data pass's. It bounds P(a) - P*. The last row (a data pass) is the solve's own gap
     re-evaluated from a alone. With a row at most every 8 rounds (ROWS_EVERY) some rounds have none,
@@ -59,9 +49,9 @@ def test_every_row_certifies_its_state(case_factory, model, sparse, rows_every, 
     res, gstate = _solve(_problem(case), monkeypatch, memory_budget=0.3, tol=1e-9, max_epochs=300, random_state=1,
                          keep_iterates=5000)
     assert res.status == "converged" and (res.trace.certified == 1).all() and len(res.iterates) == len(res.trace)
-    assert gstate[gram_module.G_ON] == 1 and gstate[gram_module.G_ANCHORS] >= 2
+    assert gstate["built"] and gstate["anchors"] >= 2
     if rows_every == 1:  # a row every round (row 0: the start; the last: the end of the last round, before a selection)
-        assert gstate[gram_module.G_ROWS] >= 5 and len(res.trace) == res.n_rounds + 1
+        assert gstate["rows_from_gram"] >= 5 and len(res.trace) == res.n_rounds + 1
     else:
         assert len(res.trace) < res.n_rounds and np.diff(res.trace["round"]).max() <= rows_every
     best_dual = -np.inf
@@ -84,7 +74,7 @@ def test_solution_matches_scikit_learn(case_factory, model, sparse, monkeypatch)
     case = case_factory(model, sparse, np.float64)
     res, gstate = _solve(_problem(case), monkeypatch, memory_budget=0.25, tol=1e-12, max_epochs=20000,
                          random_state=0)
-    assert res.status == "converged" and gstate[gram_module.G_ROWS] > 0
+    assert res.status == "converged" and gstate["rows_from_gram"] > 0
     scale = np.abs(case.oracle["coef"]).max()
     np.testing.assert_allclose(res.a, case.oracle["coef"], rtol=0, atol=1e-4 * scale)
     P, _ = go.gap_from_coordinates(model, case.X, case.y, res.a, case.params)
@@ -95,34 +85,33 @@ def test_solution_matches_scikit_learn(case_factory, model, sparse, monkeypatch)
 @FAMILY
 def test_the_grams_dots_stay_the_datas(case_factory, model, sparse, monkeypatch):
     """Every anchor compares the Gram-updated dots with the data's: within 1e-12 of the largest
-    (G_DRIFT) over 3 rows of updates; a Gram off by 1e-6 of itself drifts far more, so the
+    (gram_["drift"]) over 3 rows of updates; a Gram off by 1e-6 of itself drifts far more, so the
     comparison would catch a wrong update."""
     monkeypatch.setattr(gram_module, "ANCHOR_EVERY", 3)
     problem = _problem(case_factory(model, sparse, np.float64))
     kw = dict(memory_budget=0.3, tol=1e-10, max_epochs=300, random_state=2, local_epochs=1)  # (rounds enough)
     _, gstate = _solve(problem, monkeypatch, **kw)
-    assert gstate[gram_module.G_ANCHORS] >= 3 and 0 <= gstate[gram_module.G_DRIFT] <= 1e-12
+    assert gstate["anchors"] >= 3 and 0 <= gstate["drift"] <= 1e-12
     real = gram_module.gram_matrix
     _, wrong = _solve(problem, monkeypatch, gram=lambda p: real(p) * (1 + 1e-6), **kw)
-    assert wrong[gram_module.G_DRIFT] > 1e-9
+    assert wrong["drift"] > 1e-9
 
 
 def test_where_it_applies(case_factory, monkeypatch):
     """The Lasso family (coordinates = features) in RAM on the CPU with refresh "auto", G's
     bytes at most the data's; never for the classifiers (solved in the dual) or refresh "all"
-    (every stale gap from the data: the Python loop's twin) unless GRAM is True; GRAM False: never."""
+    (every stale gap from the data: the Python loop's twin) unless gram is True; gram False: never."""
     lasso = _problem(case_factory("lasso", True, np.float64))
     hinge = _problem(case_factory("hinge", True, np.float64))
-    assert gram_module.uses_gram(DuHL(memory_budget=0.25), lasso)
-    assert not gram_module.uses_gram(DuHL(memory_budget=0.25), hinge)
-    assert not gram_module.uses_gram(DuHL(memory_budget=0.25, refresh="all"), lasso)
+    uses_gram = swap_loop.uses_gram
+    assert uses_gram(DuHL(memory_budget=0.25), lasso)
+    assert not uses_gram(DuHL(memory_budget=0.25), hinge)
+    assert not uses_gram(DuHL(memory_budget=0.25, refresh="all"), lasso)
     monkeypatch.setattr(gram_module, "GRAM_BYTES_SHARE", 8 * lasso.n_coords**2 / lasso.coord_bytes.sum() / 2)
-    assert not gram_module.uses_gram(DuHL(memory_budget=0.25), lasso)  # G twice the bytes allowed
+    assert not uses_gram(DuHL(memory_budget=0.25), lasso)  # G twice the bytes allowed
     monkeypatch.setattr(gram_module, "GRAM_BYTES_SHARE", 1.0)
-    monkeypatch.setattr(gram_module, "GRAM", True)
-    assert gram_module.uses_gram(DuHL(memory_budget=0.25, refresh="all"), lasso)
-    monkeypatch.setattr(gram_module, "GRAM", False)
-    assert not gram_module.uses_gram(DuHL(memory_budget=0.25), lasso)
+    assert uses_gram(DuHL(memory_budget=0.25, refresh="all", gram=True), lasso)
+    assert not uses_gram(DuHL(memory_budget=0.25, gram=False), lasso)
 
 
 @SPARSE
@@ -139,7 +128,7 @@ def test_gram_matrix_is_a_at(case_factory, sparse):
 @SPARSE
 @FAMILY
 def test_the_blocks_epochs_from_g_take_the_datas_steps(case_factory, model, sparse, monkeypatch):
-    """With G on, the block's epochs run from G (gram._gram_epoch: no read of the block) and z moves
+    """With G on, the block's epochs run from G (gram_epoch: no read of the block) and z moves
     once a round: the same coordinate steps as the data's epochs of a run whose epochs read the block
     (GRAM_EPOCHS 0; 1 here: as many epochs), so while the two runs hold the same blocks (a gap at
     rounding's level, 0 from one and 1e-18 from the other, may part them near the end: the Lasso's
@@ -150,10 +139,10 @@ def test_the_blocks_epochs_from_g_take_the_datas_steps(case_factory, model, spar
     monkeypatch.setattr(gram_module, "GRAM_EPOCHS", 1)  # as many epochs as from the data
     monkeypatch.setattr(gram_module, "ROWS_EVERY", 1)  # a row every round: compared row by row
     with_g, gstate = _solve(problem, monkeypatch, **kw)
-    assert gstate[gram_module.G_ON] == 1 and gstate[gram_module.G_ROWS] >= 5
+    assert gstate["built"] and gstate["rows_from_gram"] >= 5
     monkeypatch.setattr(gram_module, "GRAM_EPOCHS", 0)
     without, off = _solve(problem, monkeypatch, **kw)
-    assert off[gram_module.G_ON] == 1 and gstate[gram_module.G_EPOCHS] == 1 and off[gram_module.G_EPOCHS] == 0
+    assert off["built"]
     rows = min(len(with_g.trace), len(without.trace))
     same = np.flatnonzero(with_g.trace.swaps.to_numpy()[:rows] != without.trace.swaps.to_numpy()[:rows])
     same = int(same[0]) if same.size else rows
@@ -168,7 +157,7 @@ def test_the_blocks_epochs_from_g_take_the_datas_steps(case_factory, model, spar
 @SPARSE
 @FAMILY
 def test_an_epoch_from_g_is_the_kernels_epoch(case_factory, model, sparse):
-    """One round's epochs on a block from G and the dots (gram._gram_epoch, then _gram_block_end: z
+    """One round's epochs on a block from G and the dots (gram_epoch, then gram_block_end: z
     moved once, the block's gaps from the dots) against the data kernels' epoch and gap pass
     (solvers.kernels.cpu) from the same state in the same order: the same coefficients, z, intercept
     shift, gaps and s within rounding (the cases are centred: off and mu move too)."""
@@ -192,9 +181,9 @@ def test_an_epoch_from_g_is_the_kernels_epoch(case_factory, model, sparse):
     a, z, off = a0.copy(), z0.copy(), off0.copy()
     t = np.asarray(A @ z0, dtype=np.float64).ravel()  # <A_i, z>
     gaps, s = np.zeros(problem.n_coords), np.zeros(problem.n_coords)
-    gram_module._gram_epoch(G, block, order, block, a, off, problem.mu, problem.sqnorm, problem.c,
+    gram_module.gram_epoch(G, block, order, block, a, off, problem.mu, problem.sqnorm, problem.c,
                             problem.theta, t, z.shape[0])
-    gram_module._gram_block_end(B, positions, block, a, a0, z, off, problem.mu, problem.c, problem.theta, t,
+    gram_module.gram_block_end(B, positions, block, a, a0, z, off, problem.mu, problem.c, problem.theta, t,
                                 gaps, s)
     a2, z2, off2 = a0.copy(), z0.copy(), off0.copy()
     if sparse:
@@ -211,24 +200,3 @@ def test_an_epoch_from_g_is_the_kernels_epoch(case_factory, model, sparse):
     np.testing.assert_allclose(off, off2, rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(s[block], s2, rtol=1e-10, atol=1e-11 * np.abs(s2).max())
     np.testing.assert_allclose(gaps[block], g2, rtol=1e-8, atol=1e-10 * max(1.0, np.abs(g2).max()))
-
-
-def test_g_is_brought_forward_when_the_rate_predicts_a_long_solve():
-    """_gram_due: from row 0's gap to this row's, the rate per round predicts the rounds to tol; G's
-    round comes now when their stale reads are at least GRAM_PAYS times G's cost, else it stays."""
-    from solvers.duhl.covariance import GRAM_PAYS
-
-    def due(cost, g_on=0.0, at=50.0, rounds=2.0, gap=0.1, tol=1e-7):
-        gstate = np.zeros(gram_module.G_SIZE)
-        gstate[gram_module.G_ON], gstate[gram_module.G_AT] = g_on, at
-        gstate[gram_module.G_START_GAP], gstate[gram_module.G_COST], gstate[gram_module.G_WORK] = 1.0, cost, 100.0
-        gram_module._gram_due(gstate, rounds, gap, tol)
-        return gstate[gram_module.G_AT]
-
-    left = np.log(1e-7 / 0.1) / (np.log(0.1) / 2.0)  # 12 rounds of 100 entries each
-    assert left == pytest.approx(12.0)
-    assert due(left * 100.0 / GRAM_PAYS * 0.99) == 2.0
-    assert due(left * 100.0 / GRAM_PAYS * 1.01) == 50.0
-    assert due(1.0, g_on=1.0) == 50.0  # built already
-    assert due(1.0, at=2.0) == 2.0 and due(1.0, at=0.0) == 0.0  # due by then anyway; no G for this problem
-    assert due(1.0, gap=2.0) == 50.0  # the gap above row 0's: no rate

@@ -1,4 +1,4 @@
-"""The all-resident Lasso's growing working set (solvers.duhl.working_set._grow_cap): what it
+"""The all-resident Lasso's growing working set (solvers.duhl.loops.resident.grow_cap): what it
 keeps, and that a solve through it reaches scikit-learn's optimum with fewer epochs."""
 
 import numpy as np
@@ -6,8 +6,8 @@ import pytest
 import scipy.sparse as sp
 from sklearn.linear_model import Lasso
 
-import solvers.duhl.inmemory as inmemory
-from solvers.duhl.solver import DuHL
+import solvers.duhl.loops.resident as resident_loop
+from solvers.duhl import DuHL
 from solvers.glm.problems import make_problem
 
 
@@ -19,7 +19,7 @@ def test_grow_cap_keeps_the_non_zeros_and_the_largest_gaps():
     gaps = rng.random(n)
     work = np.flatnonzero(gaps > 0.2).astype(np.int64)
     work = np.union1d(work, [3, 500, 998]).astype(np.int64)
-    grow_cap = inmemory._grow_cap.py_func  # its Python source (compiled, it runs inside run_slice below)
+    grow_cap = resident_loop.grow_cap
     kept = grow_cap(work, work.shape[0], a, gaps, 10)
     chosen = set(work[:kept].tolist())
     assert kept == 10 and {3, 500, 998} <= chosen
@@ -43,10 +43,10 @@ def test_growing_working_set_reaches_sklearns_optimum_in_fewer_epochs(sparse, mo
     problem = make_problem("lasso", X, y, alpha=alpha, fit_intercept=False)
     ref = Lasso(alpha=alpha, fit_intercept=False, tol=1e-12, max_iter=100000).fit(X, y)
     epochs = {}
-    for least in (0, inmemory.WS_LEAST):
-        monkeypatch.setattr(inmemory, "WS_LEAST", least)
+    for least in (0, resident_loop.WS_LEAST):
+        monkeypatch.setattr(resident_loop, "WS_LEAST", least)
         res = DuHL(tol=1e-9, random_state=0).solve(problem)
         assert res.status == "converged" and res.rel_gap <= 1e-9
         np.testing.assert_allclose(res.a, ref.coef_, atol=1e-6 * np.abs(ref.coef_).max())
         epochs[least] = res.epochs
-    assert epochs[inmemory.WS_LEAST] < epochs[0]
+    assert epochs[resident_loop.WS_LEAST] < epochs[0]

@@ -1,13 +1,14 @@
 """The all-resident loop's global gap pass proves gaps 0 without reading the data
-(solvers.duhl.inmemory._global_gaps): every gap it reports is the one a full pass gives,
+(solvers.duhl.loops.resident.global_gaps): every gap it reports is the one a full pass gives,
 and it reads fewer coordinates once the state settles."""
 
 import numpy as np
 import pytest
 
 import glm_oracles as go
-import solvers.duhl.inmemory as inmemory
-from solvers.duhl.solver import DuHL
+import solvers.duhl.loops.resident as resident_loop
+from solvers.duhl import DuHL
+from solvers.duhl.loops.driver import form_of
 from solvers.glm.models import get_model, zero_interval
 from solvers.glm.problems import make_problem
 from solvers.kernels import cpu
@@ -17,15 +18,10 @@ PROVABLE = ["lasso", "enet", "hinge", "sqhinge"]
 
 
 def _pass_state(problem):
-    n, m = problem.n_coords, problem.b.shape[0]
+    n = problem.n_coords
     a = np.zeros(n)
     z, off = -problem.c * problem.b, np.zeros(1)
-    buffers = dict(memo=np.empty((n, 3)), z_last=z.copy(),
-                   proof=np.array([0.0, 0.0, 0.0, float(np.any(problem.mu)), 0.0]),
-                   norms=np.column_stack([np.sqrt(problem.sqnorm), np.abs(problem.mu)]),
-                   todo=np.arange(n, dtype=np.int64))
-    assert m == z.shape[0]
-    return a, z, off, buffers
+    return a, z, off, resident_loop.start(problem, z, off)
 
 
 def _epochs(problem, a, z, off, k, rng):
@@ -48,17 +44,17 @@ def test_proven_gaps_are_those_a_full_pass_computes(case_factory, model, sparse)
     n = problem.n_coords
     A = problem.A
     D = (A.indptr, A.indices, A.data) if problem.sparse else (A,)
-    a, z, off, buf = _pass_state(problem)
-    gaps, s = np.empty(n), np.empty(n)
+    a, z, off, (st, buf) = _pass_state(problem)
+    gaps, s = buf.gaps, buf.s
+    form, centred = form_of(problem), bool(np.any(problem.mu))
     rng = np.random.default_rng(0)
     read = []
     for k in (3, 1, 1, 5, 20, 50):  # large moves first (little provable), then small ones
         _epochs(problem, a, z, off, k, rng)
-        read.append(inmemory._global_gaps(D, a, z, off, problem.mu, problem.c, problem.theta, gaps, s,
-                                          buf["memo"], buf["proof"], buf["z_last"], buf["norms"], buf["todo"]))
+        read.append(resident_loop.global_gaps(D, a, z, off, form, centred, st, buf))
         full, full_s = problem.coordinate_gaps(a, z, off, with_s=True)
         proven = np.ones(n, dtype=bool)
-        proven[buf["todo"][: read[-1]]] = False
+        proven[buf.todo[: read[-1]]] = False
         # the coordinates read: their gap and s now; the proven ones: a gap of exactly 0,
         # the full pass's up to its rounding (the dense kernels' fused multiply-adds leave
         # ~1e-18 where the exact gap is 0), and an s inside the interval where the gap is 0
@@ -102,17 +98,9 @@ def test_all_resident_solve_reads_less_and_certifies_the_oracle_optimum(case_fac
     and its certified result is the oracle's optimum (P within the gap of it)."""
     case = case_factory(model, True, np.float64)
     problem = make_problem(go.PROBLEM_NAME[model], case.X, case.y, **case.params)
-    seen = {}
-    real = inmemory.run_slice
-
-    def spy(*args):
-        out = real(*args)
-        seen["counters"] = args[27].copy()  # run_slice's counters argument
-        return out
-
-    monkeypatch.setattr(inmemory, "run_slice", spy)
-    res = DuHL(tol=1e-9, max_epochs=3000, random_state=0).solve(problem)
-    updates, rounds, passes, _, _, read = seen["counters"]
+    solver = DuHL(tol=1e-9, max_epochs=3000, random_state=0)
+    res = solver.solve(problem)
+    passes, read = solver.global_passes_["gap_passes"], solver.global_passes_["coordinates_read"]
     assert res.status == "converged" and passes >= 3
     assert read < passes * problem.n_coords
     P, _ = go.best_dual(model, case.X, case.y, res.a, case.params)

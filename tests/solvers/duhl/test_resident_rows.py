@@ -4,7 +4,7 @@ Python sets (the oracle), and the data its rows hold, against the matrix."""
 import numpy as np
 import pytest
 
-from solvers.duhl.gap_memory import GapMemory
+from solvers.duhl.gaps.memory import GapMemory
 from solvers.duhl.block.resident import make_resident_set
 from solvers.glm.problems import make_problem
 

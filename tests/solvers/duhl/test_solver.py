@@ -38,8 +38,8 @@ def _solve(case, **kw):
 
 class Spy:
     """Records every block assignment DuHL makes (through the block's public assign), in the
-    Python round loop (the compiled one, solvers.duhl.compiled_swaps, keeps the block in its
-    own arrays; test_compiled_swaps checks it against this loop's rows and bytes)."""
+    Python round loop (the compiled one, solvers.duhl.loops.swap, keeps the block in its
+    own arrays; test_swap_loop checks it against this loop's rows and bytes)."""
 
     def __init__(self, monkeypatch):
         self.assigned = []
@@ -261,7 +261,7 @@ def test_history_columns_and_monotone_counters(case_factory, estimator_factory, 
 
 def test_stops_at_max_epochs_and_max_time(case_factory, monkeypatch):
     # the Python round loop (the compiled one may certify a gap of exactly 0 on this hinge
-    # before max_time: test_compiled_swaps checks its stops)
+    # before max_time: test_swap_loop checks its stops)
     monkeypatch.setattr(duhl_module, "routes", lambda *args: False)
     case = case_factory("hinge", False, np.float64)
     res = _solve(case, memory_budget=0.3, selection="random", tol=0.0, max_epochs=5,
@@ -399,14 +399,14 @@ def test_an_int_or_float_max_epochs_compiles_one_all_resident_loop(case_factory)
     """max_epochs as an int (the experiment's warm-up: 2) or a float (an arm's, from its config) calls
     the all-resident loop with one signature: a second would compile inside the timed arm (~3 s of
     the default experiment's resident arm on a fresh machine)."""
-    import solvers.duhl.inmemory as inmemory
+    import solvers.duhl.loops.resident as resident_loop
 
     case = case_factory("lasso", False, np.float64)
     problem = make_problem("lasso", case.X, case.y, **case.params)
     DuHL(max_epochs=2, tol=0.0).solve(problem)
-    compiled = len(inmemory.run_slice.signatures)
+    compiled = len(resident_loop.run_resident_slice.signatures)
     DuHL(max_epochs=3.0, tol=0.0).solve(problem)
-    assert len(inmemory.run_slice.signatures) == compiled
+    assert len(resident_loop.run_resident_slice.signatures) == compiled
 
 
 @SPARSE

@@ -181,7 +181,7 @@ def test_pairwise_sum_is_numpys():
 def test_proofs_keep_every_certified_gap_valid(case_factory, model, sparse):
     """With refresh "auto" the compiled loop reads no data for the gaps the gap memory proves 0
     (a Lasso zero with |s_i| inside alpha, an SVM sample outside the margin, by how far u can
-    have moved: solvers.duhl.gap_memory); every certified row is still valid, its gap P - D of its
+    have moved: solvers.duhl.gaps.memory); every certified row is still valid, its gap P - D of its
     own state written out in glm_oracles (the others are the memory's estimate), and the proofs did
     cover coordinates."""
     case = case_factory(model, sparse, np.float64)
