@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List
 
+import scipy.sparse as sp
 from omegaconf import DictConfig, OmegaConf
 
 from pipelines import progress, report, ui
@@ -185,8 +186,12 @@ def run(cfg: DictConfig, plan: Plan, tracker: Any, tags: Dict[str, str], run_nam
         on_disk = [name for name, s in plan.arms.items() if s.get("host_budget") is not None]
         # arms that read the data from disk need no copy in RAM: none is built when every arm does
         problem = build_problem(plan.model, dataset.X, dataset.y) if len(on_disk) < len(plan.arms) else None
-        warmup_s = warmup(plan.model, dataset.X, dataset.y, plan.arms)
-        console.print(f"warm-up (kernel compilation): {warmup_s:.2f}s, not counted in any arm")
+        what = f"{plan.model['name']}, {dataset.X.dtype}{' sparse' if sp.issparse(dataset.X) else ' dense'}"
+        with console.status(f"warm-up: compiling the kernels the arms use ({what}; a first run only, "
+                            "then loaded from Numba's cache)"):
+            warmup_s = warmup(plan.model, dataset.X, dataset.y, plan.arms)
+        console.print(f"warm-up (kernels for {what}, compiled or loaded from Numba's cache): {warmup_s:.2f}s, "
+                      "not counted in any arm")
         if on_disk:
             gbps = cold_read_bandwidth(dataset.path / "X.npy")
             tracker.set_tags(parent_id, {"disk_read_gbps": f"{gbps:.2f}"})

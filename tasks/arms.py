@@ -20,7 +20,6 @@ import scipy.sparse as sp
 from solvers.duhl.budget import parse_budget
 from solvers.duhl.block.devices import NoCudaDevice, check_device  # noqa: F401 (re-exported for pipelines)
 from solvers.duhl.solver import DuHL
-from solvers.duhl.warmup import compile_kernels
 from tasks.distributed_glm.arms import ARMS as DISTRIBUTED_ARMS
 from tasks.parts import materialize, whole
 from tasks.peers import PEER_SOLVERS
@@ -67,12 +66,11 @@ def progress_metric(settings: Mapping[str, Any]) -> str:
 
 
 def warmup(model_cfg: Mapping[str, Any], X, y, arms: Mapping[str, Mapping[str, Any]]) -> float:
-    """Compile before any arm is timed, so no arm pays for compilation: DuHL's kernels
-    for the model, then every arm for two epochs on a read-only miniature of the data
-    (it compiles what the real data needs: dtype, layout, sparsity, read-only).
+    """Compile before any arm is timed, so no arm pays for compilation: every arm for two epochs
+    on a read-only miniature of the data, which compiles just what the real data needs (the
+    model, dtype, layout, sparsity, read-only, round loop) or loads it from Numba's cache.
     Returns seconds."""
     start = time.perf_counter()
-    compile_kernels([model_cfg["name"]])
     problem = build_problem(model_cfg, *read_only_miniature(model_cfg["name"], X, y))
     for settings in arms.values():
         if not getattr(solver_class(settings), "warmup", True):
@@ -83,12 +81,9 @@ def warmup(model_cfg: Mapping[str, Any], X, y, arms: Mapping[str, Mapping[str, A
             make_solver(small).warm_up(problem)  # a peer: its first fit, in this process (its fits fork from it)
         else:
             make_solver(small).solve(problem)
-            if solver_class(settings) is DuHL and small["memory_budget"] is not None:
-                # the Python round loop too (a numeric refresh keeps it): the miniature takes the
-                # compiled one, the real data may not (on disk), and its first round would then load
-                # the Python loop's kernels from Numba's cache (~0.15 s of the default experiment's
-                # duhl-gap arm, whose whole run is 0.15-0.4 s)
-                make_solver({**small, "refresh": 0.5}).solve(problem)
+            if solver_class(settings) is DuHL and settings.get("host_budget") is not None:
+                # the data on disk runs the Python round loop, the miniature in RAM the compiled one
+                make_solver({**small, "memory_budget": 0.5, "loop": "python"}).solve(problem)
     _first_touch(X, arms)  # last: a first run's compilation (~80 s) would leave its pages cold again
     return time.perf_counter() - start
 

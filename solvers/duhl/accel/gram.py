@@ -16,7 +16,7 @@ many: the block's subproblem solved further takes fewer rounds).
 import numpy as np
 
 from solvers.duhl.gaps.schedule import rounds_left
-from solvers.glm.models import coord_update
+from solvers.glm.models import coord_gap, coord_update
 from solvers.kernels.cache import compiled
 from solvers.kernels.layouts import add, entries
 

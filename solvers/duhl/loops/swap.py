@@ -34,7 +34,7 @@ from solvers.duhl.accel.gram import (GRAM_AT_ONCE, gram_after, gram_block_end, g
                                      gram_matrix, gram_pays, rows_every, stale_entries)
 from solvers.duhl.block.gap_block import gap_block
 from solvers.duhl.block.policies import child, stream
-from solvers.duhl.gaps.memory import (PLAN, certified, certify_due, dual_step, new_plan, plan_refresh, proven)
+from solvers.duhl.gaps.memory import (certified, certify_due, dual_step, new_plan, plan_refresh, proven)
 from solvers.duhl.gaps.schedule import rounds_left
 from solvers.duhl.loops import driver
 from solvers.duhl.loops.driver import BUILD_GRAM, CONVERGED, MAX_UPDATES, SLICE_END, pairwise_sum, write_row
