@@ -51,7 +51,7 @@ def test_solution_matches_scikit_learn_and_gaps_stay_exact(case_factory, model, 
     solver = DuHL(tol=1e-10, max_epochs=3000, random_state=0, keep_iterates=1000, anderson=True)
     res = solver.solve(_problem(case))
     assert res.status == "converged"
-    assert solver._accel_state[1] > 0 or sparse  # tried (the sparse cases converge in ~4 epochs)
+    assert solver.anderson_state_[1] > 0 or sparse  # tried (the sparse cases converge in ~4 epochs)
     scale = np.abs(case.oracle["coef"]).max()
     np.testing.assert_allclose(res.a, case.oracle["coef"], rtol=1e-4, atol=1e-5 * scale)
     P = go.primal(model, case.X, case.y, res.a, go.regression_intercept(case.X, case.y, res.a), case.params)
@@ -75,7 +75,7 @@ def test_extrapolation_is_kept_and_pays_on_w8a(w8a):
     runs = {}
     for anderson in (False, True):
         solver = DuHL(tol=1e-8, max_epochs=2000, random_state=0, anderson=anderson)
-        runs[anderson] = (solver.solve(problem), solver._accel_state.copy())
+        runs[anderson] = (solver.solve(problem), solver.anderson_state_.copy())
     res, state = runs[True]
     assert res.status == "converged" and state[2] > 0
     assert res.epochs < runs[False][0].epochs

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from sklearn.linear_model import Lasso as SkLasso
 
-from solvers.duhl import resident
+from solvers.duhl.block import resident
 from solvers.duhl.solver import DuHL
 from solvers.glm.problems import Problem, make_problem
 

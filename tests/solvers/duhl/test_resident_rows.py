@@ -4,7 +4,7 @@ Python sets (the oracle), and the data its rows hold, against the matrix."""
 import numpy as np
 import pytest
 
-from solvers.duhl.gaps.memory import GapMemory
+from solvers.duhl.gaps.memory import GapMemory, RefreshPlan
 from solvers.duhl.block.resident import make_resident_set
 from solvers.glm.problems import make_problem
 
@@ -60,12 +60,13 @@ def test_swaps_and_prefetches_keep_rows_and_counts_exact(stage):
 
 
 def test_plan_takes_the_oldest_stale_in_increasing_order():
-    """GapMemory.plan against its definition: the stale coordinates from the cursor on,
-    wrapping, while their bytes fit; returned sorted."""
+    """The refresh plan (solvers.duhl.gaps.memory.RefreshPlan) against its definition: the stale
+    coordinates from the cursor on, wrapping, while their bytes fit (at least one); returned sorted."""
     rng = np.random.default_rng(1)
     n = 50
-    coord_bytes = rng.integers(1, 9, n)
+    coord_bytes = rng.integers(1, 9, n).astype(np.int64)
     memory = GapMemory(np.ones(n), np.zeros(n), coord_bytes)
+    plan = RefreshPlan(planning=True)
     cursor = 0
     for _ in range(40):
         memory.fresh[:] = rng.random(n) < 0.3
@@ -78,7 +79,7 @@ def test_plan_takes_the_oldest_stale_in_increasing_order():
                 break
             take.append(i)
             used += coord_bytes[i]
-        got = memory.plan(budget)
+        got = plan.plan(memory.stale(), coord_bytes, budget)
         assert np.array_equal(got, np.sort(take))
         if take:
             cursor = take[-1] + 1
