@@ -3,8 +3,12 @@ them, and the make targets they name. Shared by the docs tests."""
 
 from __future__ import annotations
 
+import functools
+import itertools
 import re
 import shlex
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, List
@@ -111,3 +115,58 @@ def make_mentions():
                 if len(words) > 1 and re.fullmatch(r"[a-z][a-z0-9-]*", words[1]):
                     found.setdefault(words[1], []).append(f"{page.relative_to(ROOT)}:{number}")
     return found
+
+
+@functools.lru_cache(maxsize=None)
+def dry_run(command):
+    """The recipe lines ``make -n`` prints for a shown make command (continuations joined)."""
+    done = subprocess.run(["make", "-n", *shlex.split(command)[1:], f"VENV={sys.prefix}"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    if done.returncode != 0:
+        raise AssertionError(f"make -n failed for {command!r}: {done.stderr}")
+    return tuple(done.stdout.replace("\\\n", " ").splitlines())
+
+
+def _split_sweep(value):
+    """A multirun value's choices: its top-level commas (not inside [], {} or parentheses)."""
+    parts, depth, current = [], 0, ""
+    for ch in value:
+        depth += ch in "[{("
+        depth -= ch in "]})"
+        if ch == "," and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += ch
+    return parts + [current]
+
+
+def experiment_jobs(command):
+    """The override lists a shown command runs through ``python -m pipelines.experiment`` (one per
+    job of a multirun; Hydra's own ``hydra.*`` overrides left out), or None when it runs none."""
+    lines = dry_run(command) if command.startswith("make ") else [command]
+    line = next((line for line in lines if "pipelines.experiment" in shlex.split(line)), None)
+    if line is None:
+        return None
+    words = shlex.split(line)
+    args = words[words.index("pipelines.experiment") + 1:]
+    multirun = "-m" in args
+    args = [a for a in args if a != "-m" and not a.startswith(("hydra.", "hydra/"))]
+    if not multirun:
+        return [args]
+    choices = [[f"{a.split('=', 1)[0]}={v}" for v in _split_sweep(a.split("=", 1)[1])] if "=" in a else [a]
+               for a in args]
+    return [list(job) for job in itertools.product(*choices)]
+
+
+@functools.lru_cache(maxsize=None)
+def experiment_commands():
+    """{shown command: its jobs' override lists} for every shown command that runs an experiment."""
+    return {c: jobs for c in shown_commands() if (jobs := experiment_jobs(c)) is not None}
+
+
+def compose(overrides):
+    """The config as ``python -m pipelines.experiment`` composes it (inside initialize_config_dir)."""
+    from hydra import compose as hydra_compose
+
+    return hydra_compose(config_name="config", overrides=list(overrides))

@@ -9,7 +9,7 @@ Where the real command needs what CI lacks (a GPU, root, SLURM, a second host), 
 is the one that exercises that path, and its marker says where it runs.
 """
 
-TINY_RUN = "tests/docs/test_commands.py::test_a_shown_experiment_runs_on_tiny_data"
+TINY_RUN = "tests/docs/test_shown_runs.py::test_a_shown_experiment_runs_on_tiny_data"
 DRY_RUN = "tests/docs/test_commands.py::test_shown_make_commands_resolve"
 EXPERIMENT = "tests/pipelines/test_experiment.py"
 CLI = "tests/pipelines/test_cli.py"

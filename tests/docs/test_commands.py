@@ -7,13 +7,11 @@
   every shown make command resolves (``make -n``) to modules that exist;
 - every shown experiment command composes with Hydra and passes the checks the experiment
   makes before any data (the config's schemas and ranges, then the plan of its arms);
-- the shown experiment commands no other test runs are run here, end to end, on tiny data.
+(The shown experiment commands no other test runs are run on tiny data: test_shown_runs.py.)
 """
 
 import ast
-import functools
 import importlib.util
-import itertools
 import re
 import shlex
 import subprocess
@@ -21,8 +19,9 @@ import sys
 
 import pytest
 
-from doc_blocks import LANGUAGES, ROOT, blocks, make_mentions, pages, shown_commands
-from exercised import EXERCISED, TINY_RUN
+from doc_blocks import (LANGUAGES, ROOT, blocks, compose, dry_run, experiment_commands, make_mentions, pages,
+                        shown_commands)
+from exercised import EXERCISED
 
 SHOWN = shown_commands()
 MAKE = [c for c in SHOWN if c.startswith("make ")]
@@ -70,15 +69,6 @@ def test_every_make_target_the_pages_name_exists():
     assert not unknown, f"the pages name make targets the Makefile lacks: {unknown}"
 
 
-@functools.lru_cache(maxsize=None)
-def _dry_run(command):
-    """The recipe lines ``make -n`` prints for a shown make command (continuations joined)."""
-    done = subprocess.run(["make", "-n", *shlex.split(command)[1:], f"VENV={sys.prefix}"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, f"make -n failed for {command!r}: {done.stderr}"
-    return tuple(done.stdout.replace("\\\n", " ").splitlines())
-
-
 def _modules(line):
     """The modules a recipe line runs with ``python -m``."""
     words = shlex.split(line)
@@ -87,8 +77,9 @@ def _modules(line):
 
 
 @pytest.mark.parametrize("command", MAKE)
-def test_shown_make_commands_resolve(command):
-    modules = [m for line in _dry_run(command) for m in _modules(line)]
+def test_shown_make_commands_resolve(command, monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT))  # recipes run from the project root (a top-level benchmarks/, too)
+    modules = [m for line in dry_run(command) for m in _modules(line)]
     assert modules, f"{command!r} runs no python module"
     missing = [m for m in modules if importlib.util.find_spec(m) is None]
     assert missing == [], f"{command!r} runs modules that do not exist: {missing}"
@@ -97,7 +88,7 @@ def test_shown_make_commands_resolve(command):
 def test_make_test_runs_pytest_without_the_excluded_markers():
     """What ``make test`` runs: pytest without the gpu, slow, multihost and ui markers, and the
     docs tests among what it collects (so a submission that breaks the docs fails it)."""
-    line = next(line for line in _dry_run("make test") if "pytest" in line)
+    line = next(line for line in dry_run("make test") if "pytest" in line)
     words = shlex.split(line)
     expression = words[words.index("pytest") + 2]
     assert words[words.index("pytest") + 1] == "-m"
@@ -111,44 +102,6 @@ def test_make_test_runs_pytest_without_the_excluded_markers():
 
 # --- experiment commands ------------------------------------------------------------------
 
-def _split_sweep(value):
-    """A multirun value's choices: its top-level commas (not inside [], {} or quotes)."""
-    parts, depth, current = [], 0, ""
-    for ch in value:
-        depth += ch in "[{(" and 1 or 0
-        depth -= ch in "]})" and 1 or 0
-        if ch == "," and depth == 0:
-            parts.append(current)
-            current = ""
-        else:
-            current += ch
-    return parts + [current]
-
-
-def _experiment_jobs(command):
-    """The override lists a shown experiment command runs (one per job of a multirun), or None
-    when it runs no experiment."""
-    lines = _dry_run(command) if command.startswith("make ") else [command]
-    line = next((line for line in lines if "pipelines.experiment" in shlex.split(line)), None)
-    if line is None:
-        return None
-    words = shlex.split(line)
-    args = words[words.index("pipelines.experiment") + 1:]
-    multirun = "-m" in args
-    args = [a for a in args if a != "-m" and not a.startswith(("hydra.", "hydra/"))]
-    if not multirun:
-        return [args]
-    choices = [[f"{a.split('=', 1)[0]}={v}" for v in _split_sweep(a.split("=", 1)[1])] if "=" in a else [a]
-               for a in args]
-    return [list(job) for job in itertools.product(*choices)]
-
-
-@functools.lru_cache(maxsize=None)
-def _experiment_commands():
-    """{shown command: its jobs' override lists} for every shown command that runs an experiment."""
-    return {c: jobs for c in SHOWN if (jobs := _experiment_jobs(c)) is not None}
-
-
 @pytest.fixture(scope="module")
 def hydra_conf():
     from hydra import initialize_config_dir
@@ -160,15 +113,9 @@ def hydra_conf():
         yield
 
 
-def _compose(overrides):
-    from hydra import compose
-
-    return compose(config_name="config", overrides=list(overrides))
-
-
 def test_the_shown_experiment_commands_were_found():
     # a parser that found none would make the next test pass vacuously
-    found = _experiment_commands()
+    found = experiment_commands()
     assert len(found) >= 30 and "make sweep" in found and "make out-of-core-big" in found
     assert len(found["make sweep"]) == 6  # 3 budgets x 2 models
     assert found['make experiment ARGS="experiment=cocoa"'] == [["experiment=cocoa"]]
@@ -186,37 +133,15 @@ def test_every_shown_experiment_command_composes_and_passes_its_checks(hydra_con
     monkeypatch.setattr(pipelines.glm, "missing_reason", lambda name: None)
     monkeypatch.chdir(tmp_path)
     failed = {}
-    for command, jobs in sorted(_experiment_commands().items()):
+    for command, jobs in sorted(experiment_commands().items()):
         for job in jobs:
             for override in job:  # the TLS example's certificate files, as a user would have them
                 if override.endswith(".pem"):
                     (tmp_path / override.split("=", 1)[1]).touch()
             try:
-                cfg = _compose(job)
+                cfg = compose(job)
                 check_config(cfg)
                 plan_experiment(cfg)
             except Exception as error:  # every failing command in one report
                 failed[command] = f"{type(error).__name__}: {error}".splitlines()[0]
     assert failed == {}, f"shown experiment commands whose config fails: {failed}"
-
-
-TINY = {"n_samples": 150, "n_features": 40, "n_informative": 5}
-
-
-@pytest.mark.timeout(600)  # the first experiment on an empty Numba cache compiles its kernels
-@pytest.mark.parametrize("command", sorted(c for c, test in EXERCISED.items() if test == TINY_RUN))
-def test_a_shown_experiment_runs_on_tiny_data(command, hydra_conf, tmp_path, capsys):
-    """The command as shown, on tiny data (its data group's sizes made small), without MLflow:
-    every arm reaches the target."""
-    from pipelines.experiment import run_experiment
-
-    (job,) = _experiment_commands()[command]
-    data = _compose(job).data
-    sizes = [f"data.{k}={v}" for k, v in TINY.items() if k in data]
-    overrides = [*job, *sizes, "experiment.target_rel_gap=1e-4", "experiment.max_time=20", "tracking=none",
-                 "progress=false", f"cache_dir={tmp_path / 'cache'}"]
-    result = run_experiment(_compose(overrides), tmp_path / "out", "", overrides)
-    assert result, f"{command!r} ran no arm"
-    reached = {arm: stats.get("reached_target") for arm, stats in result.items()}
-    assert all(reached.values()), f"{command!r}: arms that did not reach rel_gap 1e-4: {reached}"
-    assert "reached rel_gap 0.0001" in capsys.readouterr().out
