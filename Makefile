@@ -13,7 +13,7 @@ PORT   ?= 5000
 MLFLOW_DB ?= mlflow.db
 
 .DEFAULT_GOAL := help
-.PHONY: help install install-gpu experiment reproduce out-of-core out-of-core-big sweep ui test test-ui test-multihost test-gpu bench bench-solvers bench-gpu bench-gpu-disk bench-gpu-reads bench-data bench-disk-reads
+.PHONY: help install install-gpu experiment reproduce out-of-core out-of-core-big sweep ui test test-ui test-multihost test-gpu docs bench bench-solvers bench-gpu bench-gpu-disk bench-gpu-reads bench-data bench-disk-reads
 
 help:  ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
@@ -55,6 +55,10 @@ ui: $(STAMP)  ## the MLflow UI on http://127.0.0.1:$(PORT) over ./mlflow.db (POR
 JOBS  ?= 2
 test: $(STAMP)  ## the tests without the gpu, slow, multihost and ui markers, a module per process (JOBS=2)
 	$(PY) -m pytest -m "not gpu and not slow and not multihost and not ui" -n $(JOBS) --dist loadfile $(ARGS)
+
+# NO_MKDOCS_2_WARNING: silences Material's notice of its end of life (docs/explanation/documentation.md)
+docs: $(STAMP)  ## build the documentation site into site/ (offline; a warning or a broken link fails it); open site/index.html
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict $(ARGS)
 
 test-multihost: $(STAMP)  ## scheduler and workers on separate hosts (network namespaces; as root; ~3.5 min)
 	$(PY) -m pytest -m multihost -rs tests/multihost $(ARGS)

@@ -11,7 +11,7 @@ Kinds: ``glm`` (:mod:`pipelines.glm`: DuHL, peer, CoCoA+ and DIANA arms),
 the seed presets, then each paper's claims beside what was measured). Order matters: every check that
 needs no data runs first (one-line error, exit 1, no data made, no run opened;
 device=cuda without a GPU: exit 2); then one parent run holds the experiment
-and one nested run per arm. See README.md for the config groups.
+and one nested run per arm. The config groups: docs/reference/configuration.md (make docs).
 """
 
 from __future__ import annotations

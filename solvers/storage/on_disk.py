@@ -230,7 +230,8 @@ def available_ram():
 def reader(path, direct=None) -> DiskMatrix:
     """The disk matrix the solver reads ``path`` with: more requests in flight for small coordinates.
     ``direct``: DiskMatrix's (None: O_DIRECT where the file system has it; False: buffered reads whose
-    pages are dropped after, faster on some virtual disks: see the README's disk -> GPU reads)."""
+    pages are dropped after, faster on some virtual disks: "Disk -> GPU reads" in
+    docs/explanation/design-decisions/out-of-core.md)."""
     shape, fortran, dtype, _, _ = read_npy_header(path)
     length = shape[0] if fortran else (shape[1] if len(shape) > 1 else 0)
     if length * dtype.itemsize < SMALL_COORD_BYTES:

@@ -33,7 +33,7 @@ One module per family holds its kernel parameters (a NamedTuple), its math
 and its ``Model`` entries: ``elastic_net`` (Lasso, ElasticNet, Ridge), ``svm``,
 ``logistic``. Adding a model with a separable regulariser is one such module
 (or one entry in an existing one), listed in ``FAMILIES`` below, and one
-``conf/model/<name>.yaml`` (see the README, "Adding a model").
+``conf/model/<name>.yaml`` (docs/user-guide/extending.md, "Adding a model").
 """
 
 from __future__ import annotations
