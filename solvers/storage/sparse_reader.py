@@ -1,0 +1,407 @@
+"""Scattered coordinates of a sparse store read past the page cache, a buffer at a time.
+
+A coordinate of a :class:`solvers.storage.sparse_store.SparseStore` is a run of entries of
+variable length (``indptr[i]:indptr[i + 1]``), in the ``indices`` file and, unless the store is
+binary, at the same entry positions in the ``values`` file. Reading a set of coordinates:
+
+- **Planned in entries, read in blocks.** Each wanted coordinate's run is widened to whole
+  blocks (``block_entries`` entries: whole 4096-byte pages in both files); runs whose blocks
+  touch (or are at most ``max_hole`` bytes of indices apart) share one *run* of blocks, read
+  as one or more requests of at most ``max_request`` bytes. Small coordinates that share a
+  page are read once; the bytes around them that no one asked for are read too, and counted.
+- **Into one of two halves of a buffer**, at an entry position that agrees in both files, so
+  the chunk needs no copy: a *local CSR* (``indptr`` over the half, every wanted coordinate a
+  row, the bytes between them rows no one reads) goes straight to the compiled kernels, which
+  touch only the rows listed in ``positions``. The next chunk is read into the other half
+  while the caller computes on this one.
+- **A coordinate longer than a half** is cut into pieces (consecutive rows of the local CSR,
+  ``first`` / ``last`` mark them): the caller sums what it computes over a coordinate's pieces.
+- **O_DIRECT** where the file system allows it (no page cache, so RAM stays within the
+  buffers); buffered ``pread`` with ``POSIX_FADV_DONTNEED`` after each request elsewhere
+  (tmpfs, which accepts O_DIRECT but is RAM). ``preadv`` releases the GIL: ``threads``
+  requests are in flight at once.
+
+Counters (thread-safe, as solvers.storage.reader.DiskMatrix's): ``bytes_read`` is what the
+disk was asked for (whole blocks: with O_DIRECT, what /proc/self/io's read_bytes counts),
+``useful_bytes`` the wanted coordinates' own entries, ``read_s`` the seconds with a read in
+flight (overlapping calls count once), ``requests``.
+
+NumPy, Numba (the planner) and the standard library; Linux (O_DIRECT, posix_fadvise).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import weakref
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit
+
+from solvers.storage.files import PAGE, RAM_FILE_SYSTEMS, aligned_empty, fs_type, open_direct, preadv_all
+from solvers.storage.sparse_store import SparseStore
+
+__all__ = ["ChunkBuffer", "SparseChunk", "SparseReader", "plan_reads"]
+
+THREADS = 16  # requests in flight: scattered small requests need many (as OnDisk's READ_THREADS)
+MAX_REQUEST = 2 << 20
+
+
+@dataclass
+class SparseChunk:
+    """The wanted coordinates of one chunk, in the half of the buffer they were read into.
+
+    ``indptr``, ``indices``, ``values``: a local CSR over the half (``values`` a read-only 1
+    of the buffer's ``ones_dtype`` for a binary store); the wanted pieces are its rows
+    ``positions`` (one per piece, in file order). ``coords``: each piece's coordinate;
+    ``unique``: its index in the sorted, de-duplicated coordinates of the read; ``first`` /
+    ``last``: whether the piece starts / ends its coordinate (False only for coordinates cut
+    in pieces); ``starts``: its first entry in the store's files. Valid until the next chunk is
+    asked for."""
+    indptr: np.ndarray
+    positions: np.ndarray
+    indices: np.ndarray
+    values: np.ndarray
+    coords: np.ndarray
+    unique: np.ndarray
+    first: np.ndarray
+    last: np.ndarray
+    starts: np.ndarray
+
+    @property
+    def size(self) -> int:
+        return self.positions.shape[0]
+
+
+class ChunkBuffer:
+    """Two halves of ``capacity`` entries each (indices, and values unless the store is binary),
+    page-aligned for O_DIRECT; a binary store's chunks get a read-only array of ones of
+    ``ones_dtype`` as values. About ``2 * capacity * entry_bytes`` (+ ``capacity * 8`` of ones)."""
+
+    def __init__(self, store: SparseStore, capacity: int, ones_dtype=np.float64):
+        block = store.block_entries
+        self.capacity = max(4 * block, int(capacity) // block * block)
+        self.indices = [aligned_empty((self.capacity,), store.index_dtype) for _ in range(2)]
+        if store.binary:
+            ones = aligned_empty((self.capacity,), ones_dtype)
+            ones[:] = 1
+            ones.setflags(write=False)
+            self.values = [ones, ones]
+        else:
+            self.values = [aligned_empty((self.capacity,), store.value_dtype) for _ in range(2)]
+        self.nbytes = sum(a.nbytes for a in self.indices) + sum({id(a): a.nbytes for a in self.values}.values())
+
+    @classmethod
+    def of_bytes(cls, store: SparseStore, buffer_bytes: int, ones_dtype=np.float64):
+        """A buffer of about ``buffer_bytes`` in all."""
+        per_entry = 2 * store.entry_bytes + (np.dtype(ones_dtype).itemsize if store.binary else 0)
+        return cls(store, int(buffer_bytes) // per_entry, ones_dtype)
+
+
+@njit(cache=True, nogil=True)
+def plan_reads(indptr, coords, block, capacity, piece_max, hole):
+    """The reads of the sorted, distinct ``coords`` through halves of ``capacity`` entries.
+
+    Each coordinate is one piece, or pieces of at most ``piece_max`` entries when longer. Pieces
+    go to chunks in order; a piece joins the current run of blocks when its first block is at
+    most ``hole`` entries past the run's end and the run still fits the half, else starts a new
+    run (in a new chunk when the half is full). Returns, per piece: (coordinate index in
+    ``coords``, file entry start, end, buffer start, buffer end, chunk), and per run: (chunk,
+    first entry, end entry (both multiples of ``block``), buffer position)."""
+    n = coords.shape[0]
+    n_pieces = 0
+    for k in range(n):
+        length = indptr[coords[k] + 1] - indptr[coords[k]]
+        n_pieces += max(1, (length + piece_max - 1) // piece_max)
+    p_coord = np.empty(n_pieces, np.int64)
+    p_lo = np.empty(n_pieces, np.int64)
+    p_hi = np.empty(n_pieces, np.int64)
+    p_start = np.empty(n_pieces, np.int64)
+    p_end = np.empty(n_pieces, np.int64)
+    p_chunk = np.empty(n_pieces, np.int64)
+    r_chunk = np.empty(n_pieces, np.int64)
+    r_lo = np.empty(n_pieces, np.int64)
+    r_hi = np.empty(n_pieces, np.int64)
+    r_pos = np.empty(n_pieces, np.int64)
+    chunk, fill, last_end = 0, 0, 0  # fill: the half's entries taken (end of the current run)
+    n_runs = 0
+    p = 0
+    for k in range(n):
+        lo_c = indptr[coords[k]]
+        hi_c = indptr[coords[k] + 1]
+        lo = lo_c
+        while True:
+            hi = min(hi_c, lo + piece_max)
+            p_coord[p] = k
+            p_lo[p] = lo
+            p_hi[p] = hi
+            if hi == lo:  # an empty coordinate: an empty row, nothing to read
+                p_start[p] = last_end
+                p_end[p] = last_end
+                p_chunk[p] = chunk
+            else:
+                b_lo = lo - lo % block
+                b_hi = (hi + block - 1) // block * block
+                joined = False
+                if n_runs > 0 and r_chunk[n_runs - 1] == chunk and b_lo <= r_hi[n_runs - 1] + hole:
+                    new_hi = max(r_hi[n_runs - 1], b_hi)
+                    if r_pos[n_runs - 1] + new_hi - r_lo[n_runs - 1] <= capacity:
+                        r_hi[n_runs - 1] = new_hi
+                        fill = r_pos[n_runs - 1] + new_hi - r_lo[n_runs - 1]
+                        joined = True
+                if not joined:
+                    if fill + b_hi - b_lo > capacity:  # the half is full: the next chunk
+                        chunk += 1
+                        fill = 0
+                        last_end = 0
+                    r_chunk[n_runs] = chunk
+                    r_lo[n_runs] = b_lo
+                    r_hi[n_runs] = b_hi
+                    r_pos[n_runs] = fill
+                    fill += b_hi - b_lo
+                    n_runs += 1
+                base = r_pos[n_runs - 1] - r_lo[n_runs - 1]
+                p_start[p] = base + lo
+                p_end[p] = base + hi
+                p_chunk[p] = chunk
+                last_end = p_end[p]
+            p += 1
+            lo = hi
+            if lo >= hi_c:
+                break
+    return (p_coord, p_lo, p_hi, p_start, p_end, p_chunk,
+            r_chunk[:n_runs], r_lo[:n_runs], r_hi[:n_runs], r_pos[:n_runs])
+
+
+class SparseReader:
+    """Reads coordinates of a :class:`SparseStore` past the page cache (see the module's docstring).
+
+    ``direct``: None uses O_DIRECT where the file system allows it (not tmpfs), True requires it,
+    False reads buffered (pages dropped after each request). ``max_hole``: bytes of indices
+    between two wanted blocks that one request reads through (0: only touching blocks merge).
+    A pickled copy reopens the files by path, its counters at 0.
+    """
+
+    def __init__(self, store, *, threads=THREADS, max_request=MAX_REQUEST, direct=None, max_hole=0):
+        if not isinstance(store, SparseStore):
+            raise ValueError(f"The 'store' parameter of SparseReader must be a SparseStore. "
+                             f"Got {type(store).__name__} instead.")
+        if not isinstance(threads, (int, np.integer)) or threads < 1:
+            raise ValueError(f"The 'threads' parameter of SparseReader must be an int >= 1. Got {threads!r} instead.")
+        if not isinstance(max_request, (int, np.integer)) or max_request < 2 * PAGE:
+            raise ValueError(f"The 'max_request' parameter of SparseReader must be an int of at least {2 * PAGE} "
+                             f"bytes. Got {max_request!r} instead.")
+        if not isinstance(max_hole, (int, np.integer)) or max_hole < 0:
+            raise ValueError(f"The 'max_hole' parameter of SparseReader must be an int >= 0 (bytes). "
+                             f"Got {max_hole!r} instead.")
+        if direct not in (None, True, False):
+            raise ValueError(f"The 'direct' parameter of SparseReader must be None, True or False. "
+                             f"Got {direct!r} instead.")
+        self.store, self.threads, self.max_request = store, int(threads), int(max_request)
+        self.max_hole, self._direct_asked = int(max_hole), direct
+        self.block = store.block_entries
+        self.fs_type = fs_type(store.path("indices"))
+        self._fds, aligns = [], []
+        parts = ["indices"] + ([] if store.binary else ["values"])
+        try:
+            for part in parts:
+                path = store.path(part)
+                fd, align = (None, None) if direct is False or self.fs_type in RAM_FILE_SYSTEMS else open_direct(path)
+                if fd is None:
+                    if direct:
+                        raise OSError(f"O_DIRECT is not available for {path} (file system {self.fs_type}"
+                                      + (": its data is RAM)" if self.fs_type in RAM_FILE_SYSTEMS else ")"))
+                    fd = os.open(path, os.O_RDONLY)
+                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+                self._fds.append(fd)
+                aligns.append(align)
+        except BaseException:
+            for fd in self._fds:
+                os.close(fd)
+            raise
+        self.direct = all(a is not None for a in aligns)
+        self.itemsizes = [store.index_dtype.itemsize] + ([] if store.binary else [store.value_dtype.itemsize])
+        self.bytes_read, self.useful_bytes, self.read_s, self.requests = 0, 0, 0.0, 0
+        self._lock = threading.Lock()
+        self._in_flight, self._busy_since, self._idle_since = 0, 0.0, 0.0
+        self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="sparsereader")
+        self._finalizer = weakref.finalize(self, _release, self._pool, list(self._fds))
+
+    def __repr__(self):
+        how = "O_DIRECT" if self.direct else "buffered + FADV_DONTNEED"
+        return f"SparseReader({self.store!r}, {how} on {self.fs_type})"
+
+    def __getstate__(self):
+        return {"folder": str(self.store.folder), "name": self.store.name, "threads": self.threads,
+                "max_request": self.max_request, "direct": self._direct_asked, "max_hole": self.max_hole}
+
+    def __setstate__(self, state):
+        store = SparseStore(state.pop("folder"), state.pop("name"))
+        self.__init__(store, **state)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self):
+        """Wait for reads in flight, close the files. Idempotent."""
+        self._pool.shutdown(wait=True)
+        self._finalizer()
+
+    @property
+    def closed(self) -> bool:
+        return not self._finalizer.alive
+
+    # ------------------------------------------------------------------ planning ---
+    def check_coords(self, coords, where) -> np.ndarray:
+        if self.closed:
+            raise ValueError(f"{self!r} is closed")
+        c = np.asarray(coords)
+        if c.size == 0:
+            return np.zeros(0, np.int64)
+        if c.ndim != 1 or c.dtype.kind not in "iu":
+            raise ValueError(f"The 'coords' parameter of {where} must be a 1-D array of integers. "
+                             f"Got a {c.ndim}-D {c.dtype} array instead.")
+        n = self.store.n_coords
+        if c.min() < 0 or c.max() >= n:
+            bad = c[(c < 0) | (c >= n)][0]
+            raise IndexError(f"The 'coords' parameter of {where} must hold coordinates in [0, {n}). "
+                             f"Got {bad} instead.")
+        return c.astype(np.int64, copy=False)
+
+    def plan(self, unique, capacity):
+        """:func:`plan_reads` of the sorted distinct coordinates ``unique`` for halves of ``capacity`` entries."""
+        hole = self.max_hole // self.itemsizes[0] // self.block * self.block
+        return plan_reads(self.store.indptr, unique, self.block, capacity, capacity - 2 * self.block, hole)
+
+    # ------------------------------------------------------------------- reading ---
+    def chunks(self, unique, buffer: ChunkBuffer):
+        """Read the sorted distinct coordinates ``unique`` through ``buffer``: yields a
+        :class:`SparseChunk` per chunk, the next one read meanwhile into the other half."""
+        unique = np.asarray(unique, np.int64)
+        if unique.size > 1 and np.any(np.diff(unique) <= 0):
+            raise ValueError("The 'unique' parameter of SparseReader.chunks must be sorted and distinct "
+                             "(np.unique of the coordinates).")
+        if not unique.size:
+            return iter(())
+        return self._chunks(unique, buffer, self.plan(unique, buffer.capacity))
+
+    def _chunks(self, unique, buffer, plan):
+        p_coord, p_lo, p_hi, p_start, p_end, p_chunk, r_chunk, r_lo, r_hi, r_pos = plan
+        n_chunks = int(p_chunk[-1]) + 1
+        p_cut = np.searchsorted(p_chunk, np.arange(n_chunks + 1))
+        r_cut = np.searchsorted(r_chunk, np.arange(n_chunks + 1))
+        first = np.ones(p_coord.size, bool)
+        first[1:] = p_coord[1:] != p_coord[:-1]
+        last = np.ones(p_coord.size, bool)
+        last[:-1] = p_coord[1:] != p_coord[:-1]
+        entry_bytes = sum(self.itemsizes)
+
+        def start(i):
+            half = i % 2
+            runs = slice(r_cut[i], r_cut[i + 1])
+            useful = int((p_hi[p_cut[i]:p_cut[i + 1]] - p_lo[p_cut[i]:p_cut[i + 1]]).sum()) * entry_bytes
+            return self.read_runs(r_lo[runs], r_hi[runs], r_pos[runs], buffer.indices[half],
+                                  None if self.store.binary else buffer.values[half], useful)
+
+        pending = {0: start(0)}
+        try:
+            for i in range(n_chunks):
+                if i + 1 < n_chunks:  # the other half takes the next read before this one is awaited
+                    pending[i + 1] = start(i + 1)
+                pending.pop(i).result()
+                ps = slice(p_cut[i], p_cut[i + 1])
+                k = p_cut[i + 1] - p_cut[i]
+                indptr = np.empty(2 * k + 1, np.int64)
+                indptr[0] = 0
+                indptr[1::2] = p_start[ps]
+                indptr[2::2] = p_end[ps]
+                half = i % 2
+                yield SparseChunk(indptr, np.arange(1, 2 * k, 2, dtype=np.int64), buffer.indices[half],
+                                  buffer.values[half], unique[p_coord[ps]], p_coord[ps], first[ps], last[ps], p_lo[ps])
+        finally:  # left early: no thread may still write into the caller's buffer
+            [future.exception() for future in pending.values()]
+
+    def read_runs(self, lo, hi, pos, indices, values, useful=0) -> Future:
+        """Read entries [lo[r], hi[r]) (multiples of the block) to position pos[r] of ``indices``
+        (and ``values``), in requests of at most ``max_request`` bytes; a Future of the bytes read."""
+        step = max(self.block, self.max_request // max(self.itemsizes) // self.block * self.block)
+        reqs = []
+        dests = [memoryview(indices.view(np.uint8))] + ([] if values is None else [memoryview(values.view(np.uint8))])
+        for a, b, p in zip(lo.tolist(), hi.tolist(), pos.tolist()):
+            for s in range(a, b, step):
+                e = min(b, s + step)
+                reqs.append((s, e, p + s - a))
+        return self._run(reqs, dests, useful)
+
+    def _read(self, req, dests) -> int:
+        s, e, p = req
+        got = 0
+        for fd, size, dest in zip(self._fds, self.itemsizes, dests):
+            view = dest[p * size:(p + e - s) * size]
+            got += preadv_all(fd, [view], s * size)
+            if not self.direct:  # drop the pages just read (whole pages)
+                lo = s * size - s * size % PAGE
+                hi = -(-(e * size) // PAGE) * PAGE
+                os.posix_fadvise(fd, lo, hi - lo, os.POSIX_FADV_DONTNEED)
+        return got
+
+    def _run(self, reqs, dests, useful) -> Future:
+        """Run ``reqs`` on up to ``threads`` workers pulling from one queue (as DiskMatrix._run)."""
+        t0 = time.perf_counter()
+        fut = Future()
+        fut.set_running_or_notify_cancel()
+        if not reqs:
+            fut.set_result(0)
+            return fut
+        with self._lock:
+            if self._in_flight == 0:
+                self._busy_since = max(t0, self._idle_since)
+            self._in_flight += 1
+        queue, lock = iter(reqs), threading.Lock()
+        state = {"left": min(self.threads, len(reqs)), "bytes": 0, "error": None}
+
+        def worker():
+            got = 0
+            try:
+                while state["error"] is None:
+                    with lock:
+                        q = next(queue, None)
+                    if q is None:
+                        break
+                    got += self._read(q, dests)
+            except BaseException as e:  # noqa: BLE001 - handed to the Future
+                state["error"] = state["error"] or e
+            with lock:
+                state["bytes"] += got
+                state["left"] -= 1
+                if state["left"]:
+                    return
+            with self._lock:
+                end = time.perf_counter()
+                self.bytes_read += state["bytes"]
+                self.requests += len(reqs)
+                self._in_flight -= 1
+                if self._in_flight == 0:
+                    self.read_s += end - self._busy_since
+                    self._idle_since = end
+                self.useful_bytes += useful if state["error"] is None else 0
+            if state["error"] is not None:
+                fut.set_exception(state["error"])
+            else:
+                fut.set_result(state["bytes"])
+
+        for _ in range(state["left"]):
+            self._pool.submit(worker)
+        return fut
+
+
+def _release(pool, fds):
+    pool.shutdown(wait=False)
+    for fd in fds:
+        os.close(fd)
