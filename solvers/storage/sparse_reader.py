@@ -327,6 +327,41 @@ class SparseReader:
         finally:  # left early: no thread may still write into the caller's buffer
             [future.exception() for future in pending.values()]
 
+    def stream(self, buffer: ChunkBuffer, start=0, stop=None, values=True):
+        """Entries ``start:stop`` (default: all) in file order, a half of ``buffer`` at a time, the
+        next half read meanwhile: yields (first entry, indices, values) views (values None for a
+        binary store, or when ``values`` is False: then only the indices are read), valid until
+        the next one is asked for."""
+        stop = self.store.nnz if stop is None else int(stop)
+        start = int(start)
+        step = buffer.capacity
+        lo0 = start - start % self.block
+        cuts = list(range(lo0, stop, step))
+        if not cuts or start >= stop:
+            return
+        values = values and not self.store.binary
+
+        def begin(i):
+            a = cuts[i]
+            b = min(stop, a + step)
+            hi = -(-b // self.block) * self.block
+            half = i % 2
+            useful = (b - max(a, start)) * (sum(self.itemsizes) if values else self.itemsizes[0])
+            return self.read_runs(np.array([a]), np.array([hi]), np.zeros(1, np.int64), buffer.indices[half],
+                                  buffer.values[half] if values else None, useful)
+
+        pending = {0: begin(0)}
+        try:
+            for i, a in enumerate(cuts):
+                if i + 1 < len(cuts):
+                    pending[i + 1] = begin(i + 1)
+                pending.pop(i).result()
+                b, half, skip = min(stop, a + step), i % 2, max(a, start) - a
+                yield (a + skip, buffer.indices[half][skip:b - a],
+                       buffer.values[half][skip:b - a] if values else None)
+        finally:
+            [future.exception() for future in pending.values()]
+
     def read_runs(self, lo, hi, pos, indices, values, useful=0) -> Future:
         """Read entries [lo[r], hi[r]) (multiples of the block) to position pos[r] of ``indices``
         (and ``values``), in requests of at most ``max_request`` bytes; a Future of the bytes read."""

@@ -308,6 +308,7 @@ class SparseStoreWriter:
                              f"{self.length} (indices up to {self.length - 1}). Got int32 instead.")
         self.stage_bytes = int(stage_bytes)
         self.n_coords, self.nnz, self.max_index = 0, 0, -1
+        self._ended = 0  # entries in ended coordinates
         self._tag = f"tmp-{os.getpid()}"
         self._hashers = {}
         self._files = {}
@@ -345,42 +346,74 @@ class SparseStoreWriter:
         if indices.shape != (total,) or (total and indices.dtype.kind not in "iu"):
             raise ValueError(f"The 'indices' parameter of SparseStoreWriter.append must hold {total} integers "
                              f"(the lengths' sum). Got a {indices.shape} {indices.dtype} array instead.")
+        values = self._check_entries(indices, values, total)
+        self._write_entries(indices, values, total)
+        self.append_lengths(lengths)
+
+    def append_entries(self, indices, values=None):
+        """Append entries to the coordinate(s) not yet ended by :meth:`append_lengths` (a
+        coordinate too long for one batch goes in parts; its length is appended once it is whole)."""
+        indices = np.asarray(indices)
+        total = indices.shape[0] if indices.ndim == 1 else -1
+        self._check_entries(indices, values, total)
+        self._write_entries(indices, values, total)
+
+    def append_lengths(self, lengths):
+        """End coordinates: ``lengths`` entries each, of the entries appended since the last
+        coordinate ended."""
+        lengths = np.asarray(lengths, dtype=np.int64)
+        ends = self._ended + np.cumsum(lengths, dtype=np.int64)
+        if lengths.size and (lengths.min() < 0 or ends[-1] > self.nnz):
+            raise ValueError(f"The 'lengths' parameter of SparseStoreWriter.append_lengths must be counts >= 0 "
+                             f"of the {self.nnz - self._ended} entries not yet in a coordinate. "
+                             f"Got {lengths.sum()} entries instead.")
+        self._files["indptr"].write(ends)
+        self.n_coords += lengths.size
+        self._ended = int(ends[-1]) if lengths.size else self._ended
+
+    def _write_entries(self, indices, values, total):
+        self._files["indices"].write(indices.astype(self.index_dtype, copy=False))
+        if self._values:
+            self._files["values"].write(np.ones(total, self.dtype) if values is None
+                                        else values.astype(self.dtype, copy=False))
+        self.nnz += total
+
+    def _check_entries(self, indices, values, total):
+        """Check a batch of entries (widening the indices, starting the values file, as needed);
+        returns the values as an array or None."""
+        if indices.shape != (total,) or (total and indices.dtype.kind not in "iu"):
+            raise ValueError(f"The 'indices' parameter of SparseStoreWriter must hold {total} integers. "
+                             f"Got a {indices.shape} {indices.dtype} array instead.")
         if values is not None:
             values = np.asarray(values)
             if values.shape != (total,):
-                raise ValueError(f"The 'values' parameter of SparseStoreWriter.append must be None or hold {total} "
+                raise ValueError(f"The 'values' parameter of SparseStoreWriter must be None or hold {total} "
                                  f"values. Got shape {values.shape} instead.")
         if total:
             lo, hi = int(indices.min()), int(indices.max())
             if lo < 0:
-                raise ValueError(f"The 'indices' parameter of SparseStoreWriter.append must hold indices >= 0. "
+                raise ValueError(f"The 'indices' parameter of SparseStoreWriter must hold indices >= 0. "
                                  f"Got {lo} instead.")
             if self.length is not None and hi >= self.length:
-                raise ValueError(f"The 'indices' parameter of SparseStoreWriter.append must hold indices below "
+                raise ValueError(f"The 'indices' parameter of SparseStoreWriter must hold indices below "
                                  f"length {self.length}. Got {hi} instead.")
             if hi > INT32_MAX and self.index_dtype == np.int32:
                 if self._fixed_index:
-                    raise ValueError(f"The 'indices' parameter of SparseStoreWriter.append holds {hi}, beyond "
+                    raise ValueError(f"The 'indices' parameter of SparseStoreWriter holds {hi}, beyond "
                                      "index_dtype int32.")
                 self._rewrite_indices(lambda a: a.astype(np.int64), np.int64)
             self.max_index = max(self.max_index, hi)
         if values is not None and not self._values:
             ones = bool(np.all(values == 1))
             if self.binary_mode is True and not ones:
-                raise ValueError("The 'values' parameter of SparseStoreWriter.append must be None or all ones "
+                raise ValueError("The 'values' parameter of SparseStoreWriter must be None or all ones "
                                  "for a binary store (binary=True).")
             if not ones:  # the first value that is not 1: the values file from here, its ones before
                 self._open("values")
                 self._values = True
                 for lo in range(0, self.nnz, 1 << 22):
                     self._files["values"].write(np.ones(min(1 << 22, self.nnz - lo), self.dtype))
-        self._files["indptr"].write(self.nnz + np.cumsum(lengths, dtype=np.int64))
-        self._files["indices"].write(indices.astype(self.index_dtype, copy=False))
-        if self._values:
-            self._files["values"].write(np.ones(total, self.dtype) if values is None
-                                        else values.astype(self.dtype, copy=False))
-        self.n_coords += lengths.size
-        self.nnz += total
+        return values
 
     def shift_indices(self, delta):
         """Add ``delta`` to every index written so far (a LIBSVM file read as one-based that turns
@@ -421,6 +454,9 @@ class SparseStoreWriter:
         if self._closed:
             raise ValueError(f"SparseStoreWriter {self.name!r} is closed")
         try:
+            if self._ended != self.nnz:
+                raise ValueError(f"SparseStoreWriter {self.name!r}: {self.nnz - self._ended} entries appended "
+                                 "after the last coordinate ended (append_lengths)")
             length = self._final_length(length)
             values = self.dtype if self._values else None
             block = block_entries(self.index_dtype, values)
