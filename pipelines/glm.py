@@ -188,9 +188,12 @@ def run(cfg: DictConfig, plan: Plan, tracker: Any, tags: Dict[str, str], run_nam
         warmup_s = warmup(plan.model, dataset.X, dataset.y, plan.arms)
         console.print(f"warm-up (kernel compilation): {warmup_s:.2f}s, not counted in any arm")
         if on_disk:
-            gbps = cold_read_bandwidth(dataset.path / "X.npy")
+            # a sparse dataset's store (LIBSVM, Criteo) has no X.npy: its entries are read instead
+            probe = dataset.path / "X.npy" if dataset.store is None else dataset.path
+            gbps = cold_read_bandwidth(probe)
             tracker.set_tags(parent_id, {"disk_read_gbps": f"{gbps:.2f}"})
-            console.print(f"disk: {gbps:.2f} GB/s, one cold read of up to 1 GB of X.npy past the page cache; "
+            what = "X.npy" if dataset.store is None else f"the sparse store {dataset.store.name}"
+            console.print(f"disk: {gbps:.2f} GB/s, one cold read of up to 1 GB of {what} past the page cache; "
                           f"arms reading from disk: {', '.join(on_disk)}")
 
         traces, stats, extras = {}, {}, {}
