@@ -54,6 +54,17 @@ def _axpy_pieces(indptr, positions, indices, values, weights, v):
 
 
 @njit(cache=True, nogil=True)
+def _piece_dots(indptr, positions, indices, values, z, out):
+    """out[j] = <row positions[j], z>."""
+    for j in range(positions.shape[0]):
+        r = positions[j]
+        t = 0.0
+        for k in range(indptr[r], indptr[r + 1]):
+            t += values[k] * z[np.uint64(indices[k])]
+        out[j] = t
+
+
+@njit(cache=True, nogil=True)
 def _piece_stats(indptr, positions, values, sums, sq):
     """sums[j], sq[j] = sum and sum of squares of row positions[j]'s values (float64)."""
     for j in range(positions.shape[0]):
@@ -296,6 +307,38 @@ class SparseOnDisk:
             v[self.n_features] = self.intercept * float(b.sum())
         return v
 
+    def __matmul__(self, w):
+        """A w: each coordinate's <A_i, w> (factors and intercept included), in float64, reading
+        every coordinate once (a peer's margins, scored by our objective)."""
+        w = np.asarray(w, dtype=np.float64)
+        if w.shape != (self.shape[1],):
+            raise ValueError(f"SparseOnDisk @ w needs w of shape ({self.shape[1]},). Got {w.shape} instead.")
+        n = self.shape[0]
+        out = np.zeros(n)
+        everything = np.arange(n)
+        for ch in self.reader.chunks(everything, self.buffer()):
+            part = np.empty(ch.size)
+            _piece_dots(ch.indptr, ch.positions, ch.indices, ch.values, w, part)
+            np.add.at(out, ch.unique, part)
+        if self.scale is not None:
+            out *= self.scale
+        if self.intercept is not None:
+            out += (self.intercept if self.scale is None else self.intercept * self.scale) * w[self.n_features]
+        return out
+
+    @property
+    def T(self):
+        """A^T as an operand of ``@``: ``A.T @ a`` is :meth:`dot_t` (reads the coordinates with a_i != 0)."""
+        return _Transposed(self)
+
+    def __getitem__(self, coords):
+        """Coordinates ``coords`` (integers) in RAM, as a scipy csr_matrix (a small set: a peer's
+        margin points)."""
+        coords = np.atleast_1d(np.asarray(coords))
+        if coords.dtype == bool:
+            coords = np.flatnonzero(coords)
+        return self.read_block(coords).csr(self.shape[1])
+
     # ---------------------------------------------------------- row stats ---
     def row_stats(self):
         """(sum, sum of squares) of every coordinate as delivered (factors and intercept
@@ -382,3 +425,14 @@ class SparseOnDisk:
         """Every coordinate in RAM: a scipy csr_matrix (n_coords, n_cols) of the coordinates as
         delivered (factors and intercept applied)."""
         return self.read_block(np.arange(self.shape[0])).csr(self.shape[1])
+
+
+class _Transposed:
+    """``A.T`` of a SparseOnDisk: only ``@`` a vector."""
+
+    def __init__(self, A):
+        self.A = A
+        self.shape = A.shape[::-1]
+
+    def __matmul__(self, a):
+        return self.A.dot_t(np.asarray(a, dtype=np.float64))
