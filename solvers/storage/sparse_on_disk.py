@@ -72,7 +72,7 @@ def _piece_stats(indptr, positions, values, sums, sq):
         s = 0.0
         q = 0.0
         for k in range(indptr[r], indptr[r + 1]):
-            x = float(values[k])
+            x = np.float64(values[k])  # float() of a float32 stays float32 in Numba: its square would round
             s += x
             q += x * x
         sums[j] = s

@@ -145,8 +145,8 @@ def transpose_store(source: SparseStore, folder=None, name=None, buffer_bytes=DE
     # per entry in a batch: the read (index, value; two halves), the sorted copy (new index, key, value)
     batch = max(4 * source.block_entries,
                 int(buffer_bytes) // (2 * source.entry_bytes + new_index.itemsize + 4 + v_size))
-    total_bytes = source.nnz * (source.index_dtype.itemsize + source.entry_bytes
-                                + 2 * (new_index.itemsize + 4 + v_size))
+    # the three passes' bytes: the indices, the entries, the temporary records read back
+    total_bytes = source.nnz * (source.index_dtype.itemsize + source.entry_bytes + new_index.itemsize + 4 + v_size)
     done = 0
     reader = SparseReader(source, direct=direct, max_request=8 << 20, threads=4)
     buffer = ChunkBuffer(source, batch)
@@ -181,7 +181,7 @@ def transpose_store(source: SparseStore, folder=None, name=None, buffer_bytes=DE
                     tmp.write(out_key[:n])
                     if has_values:
                         tmp.write(out_val[:n])
-                    done += n * (source.entry_bytes + new_index.itemsize + 4 + v_size)
+                    done += n * source.entry_bytes
                     report(done, total_bytes)
             finally:
                 tmp.close(pad_to=1)
@@ -217,7 +217,7 @@ def transpose_store(source: SparseStore, folder=None, name=None, buffer_bytes=DE
                             del keys, idx, val
                             writer.append(lengths, out_idx, out_v if has_values else None)
                             del out_idx, out_v
-                        done += total * 2 * (new_index.itemsize + 4 + v_size)
+                        done += total * (new_index.itemsize + 4 + v_size)
                         report(done, total_bytes)
                 finally:
                     os.close(fd)
