@@ -251,8 +251,9 @@ def convert_criteo(path, folder, name: str = store_name("csr"), hash_bits: int =
     scratch = np.empty(32, np.uint8)
     mask = np.uint64((1 << int(hash_bits)) - 1)
     target = Path(folder) / "y.npy" if target is None else Path(target)
-    writer = SparseStoreWriter(folder, name, "csr", length=1 << int(hash_bits), binary=True)
-    y = TargetWriter(target)
+    stage = max(1 << 18, buffer_bytes // 4)  # each output file's staging buffer
+    writer = SparseStoreWriter(folder, name, "csr", length=1 << int(hash_bits), binary=True, stage_bytes=stage)
+    y = TargetWriter(target, stage)
     fill, line_number, rows_done, eof = 0, 0, 0, False
     try:
         with Source(path) as source:
@@ -308,13 +309,14 @@ def make_criteo(c: CriteoData, out: Path, base_dir: Path, progress: ProgressFn):
 
 # ------------------------------------------------------ synthetic clicks ---
 @njit(inline="always")
-def _rank(u, n_ranks, zipf):
-    """The rank in [0, n_ranks) of a uniform draw u under the density r^-zipf on [1, n_ranks + 1)."""
-    if abs(zipf - 1.0) < 1e-12:
-        r = math.exp(u * math.log(n_ranks + 1.0))
+def _rank(u, n_ranks, log_top, top, inv_a):
+    """The rank in [0, n_ranks) of a uniform draw u under the density r^-zipf on [1, n_ranks + 1)
+    (inverse CDF; ``top`` = (n_ranks + 1)^(1 - zipf) - 1, ``inv_a`` = 1 / (1 - zipf), or zipf = 1:
+    ``inv_a`` = 0 and ``log_top`` = ln(n_ranks + 1))."""
+    if inv_a == 0.0:
+        r = math.exp(u * log_top)
     else:
-        a = 1.0 - zipf
-        r = (((n_ranks + 1.0) ** a - 1.0) * u + 1.0) ** (1.0 / a)
+        r = (top * u + 1.0) ** inv_a
     return min(max(np.int64(r) - 1, 0), n_ranks - 1)
 
 
@@ -329,13 +331,17 @@ def _feature(field, rank, vocabulary, mask):
 def _click_rows(u, present, n_fields, vocabulary, zipf, mask, w, bias, v, indices, lengths, labels):
     """Rows from uniform draws: ``u`` (rows x fields) the features' ranks, ``present`` whether a
     field has a value, ``v`` the label's draw. Returns the entries written."""
+    log_top = math.log(vocabulary + 1.0)
+    one = abs(zipf - 1.0) < 1e-12
+    inv_a = 0.0 if one else 1.0 / (1.0 - zipf)
+    top = 0.0 if one else (vocabulary + 1.0) ** (1.0 - zipf) - 1.0
     ent = 0
     for i in range(u.shape[0]):
         start = ent
         m = bias
         for f in range(n_fields):
             if present[i, f]:
-                j = _feature(f, _rank(u[i, f], vocabulary, zipf), vocabulary, mask)
+                j = _feature(f, _rank(u[i, f], vocabulary, log_top, top, inv_a), vocabulary, mask)
                 indices[ent] = j
                 m += w[j]
                 ent += 1

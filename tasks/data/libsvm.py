@@ -38,7 +38,9 @@ from tasks.data.errors import DataError
 from tasks.data.makers import ProgressFn
 from tasks.data.streams import Source, TargetWriter
 
-BUFFER_BYTES = 16 << 20  # the text buffer; the batch arrays take about as much again
+# the text buffer; the batch arrays take about 3 times as much, the output files' staging buffers
+# (indptr, indices, values, y) a quarter of it each
+BUFFER_BYTES = 16 << 20
 
 # C's strtod, linked by name (a ctypes pointer would keep Numba from caching the parser): its two
 # pointers passed as address-sized integers, which the C calling convention passes alike
@@ -297,8 +299,9 @@ def convert_libsvm(path, folder, name: str = store_name("csr"), dtype="float64",
     indices, values = np.empty(ent_cap, np.int64), np.empty(ent_cap)
     endptr = np.zeros(1, np.uint64)
     target = Path(folder) / "y.npy" if target is None else Path(target)
-    writer = SparseStoreWriter(folder, name, "csr", dtype=dtype)
-    y = TargetWriter(target)
+    stage = max(1 << 18, buffer_bytes // 4)  # each output file's staging buffer
+    writer = SparseStoreWriter(folder, name, "csr", dtype=dtype, stage_bytes=stage)
+    y = TargetWriter(target, stage)
     shift, fill, line_number, rows_done, eof = 1, 0, 0, 0, False
     try:
         with Source(path) as source:

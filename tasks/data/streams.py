@@ -23,7 +23,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from solvers.storage.files import HEADER_BYTES, AppendFile, npy_header
+from solvers.storage.files import HEADER_BYTES, STAGE_BYTES, AppendFile, npy_header
 
 MAGIC = {b"\x1f\x8b": "gzip", b"BZh": "bz2", b"\xfd7zXZ\x00": "xz"}
 DROP_EVERY = 64 << 20  # bytes of a plain source read between two drops of its pages
@@ -98,9 +98,9 @@ class TargetWriter:
     """``y.npy`` (float64) appended as rows are parsed: a 4096-byte .npy header rewritten at
     :meth:`close` once the length is known, the data after it written past the page cache."""
 
-    def __init__(self, path):
+    def __init__(self, path, stage_bytes=STAGE_BYTES):
         self.path = Path(path)
-        self._file = AppendFile(self.path)
+        self._file = AppendFile(self.path, stage_bytes)
         self._file.write(np.zeros(HEADER_BYTES, np.uint8))
         self.n = 0
 
