@@ -38,9 +38,9 @@ from tasks.data.errors import DataError
 from tasks.data.makers import ProgressFn
 from tasks.data.streams import Source, TargetWriter
 
-# the text buffer; the batch arrays take about 3 times as much, the output files' staging buffers
+# the text buffer; the batch arrays take about 1.3 times as much, the output files' staging buffers
 # (indptr, indices, values, y) a quarter of it each
-BUFFER_BYTES = 16 << 20
+BUFFER_BYTES = 8 << 20
 
 # C's strtod, linked by name (a ctypes pointer would keep Numba from caching the parser): its two
 # pointers passed as address-sized integers, which the C calling convention passes alike
@@ -54,7 +54,7 @@ PROBLEMS = {1: "its label is not a number", 2: "a pair is not index:value", 3: "
             6: "a value is not a number", 7: "a value is not a finite number", 8: "multi-label lines are not supported",
             9: "a feature index is too large", 10: "its label is not a finite number"}
 _POW10 = np.array([10.0 ** k for k in range(23)])
-_MAX_EXACT = 1 << 53
+_MAX_EXACT = 1 << 53  # integers up to here are exact in float64 (Clinger's fast path)
 
 
 @njit(inline="always")
@@ -62,174 +62,175 @@ def _space(c):
     return c == 32 or c == 9 or c == 13 or c == 11 or c == 12
 
 
-@njit(cache=True, nogil=True)
-def _number(buf, p, end, endptr):
-    """(value, ok) of the number buf[p:end] (nothing else in it)."""
+@njit(inline="always")
+def _ends_token(buf, q, limit):
+    """Whether a number's token ends at q: the end, a blank, a newline or a comment."""
+    return q >= limit or _space(buf[q]) or buf[q] == 10 or buf[q] == 35
+
+
+@njit(inline="always")
+def _number(buf, p, limit, endptr):
+    """(value, position after it, ok) of the number starting at p: a token of the line that ends
+    at a blank, a newline, '#' or ``limit``."""
     q = p
     neg = False
-    if q < end and (buf[q] == 45 or buf[q] == 43):  # - +
+    if q < limit and (buf[q] == 45 or buf[q] == 43):  # - +
         neg = buf[q] == 45
         q += 1
-    m = np.uint64(0)
+    m = 0
     nd = 0
     e10 = 0
     digits = 0
     exact = True
-    while q < end and 48 <= buf[q] <= 57:
-        d = buf[q] - 48
+    while q < limit and 48 <= buf[q] <= 57:
+        d = np.int64(buf[q]) - 48
         digits += 1
         if m == 0 and d == 0:
             pass
-        elif nd < 19:
-            m = m * np.uint64(10) + np.uint64(d)
+        elif nd < 18:
+            m = m * 10 + d
             nd += 1
         else:
             e10 += 1
             exact = exact and d == 0
         q += 1
-    if q < end and buf[q] == 46:  # .
+    if q < limit and buf[q] == 46:  # .
         q += 1
-        while q < end and 48 <= buf[q] <= 57:
-            d = buf[q] - 48
+        while q < limit and 48 <= buf[q] <= 57:
+            d = np.int64(buf[q]) - 48
             digits += 1
             if m == 0 and d == 0:
                 e10 -= 1
-            elif nd < 19:
-                m = m * np.uint64(10) + np.uint64(d)
+            elif nd < 18:
+                m = m * 10 + d
                 nd += 1
                 e10 -= 1
             else:
                 exact = exact and d == 0
             q += 1
-    if digits and q < end and (buf[q] == 101 or buf[q] == 69):  # e E
+    if digits and q < limit and (buf[q] == 101 or buf[q] == 69):  # e E
         q += 1
         eneg = False
-        if q < end and (buf[q] == 45 or buf[q] == 43):
+        if q < limit and (buf[q] == 45 or buf[q] == 43):
             eneg = buf[q] == 45
             q += 1
         ed = 0
         x = 0
-        while q < end and 48 <= buf[q] <= 57:
+        while q < limit and 48 <= buf[q] <= 57:
             if x < 100000:
-                x = x * 10 + (buf[q] - 48)
+                x = x * 10 + (np.int64(buf[q]) - 48)
             ed += 1
             q += 1
         if ed == 0:
-            digits = 0  # "1e": not a number of this simple form
+            digits = 0  # "1e": not of this simple form
         e10 += -x if eneg else x
-    if digits and q == end and exact and m <= _MAX_EXACT and -22 <= e10 <= 22:
+    if digits and exact and m <= _MAX_EXACT and -22 <= e10 <= 22 and _ends_token(buf, q, limit):
         v = float(m) * _POW10[e10] if e10 >= 0 else float(m) / _POW10[-e10]
-        return (-v if neg else v), True
+        return (-v if neg else v), q, True
     # anything else (more digits, large exponents, inf, nan): C's strtod, correctly rounded as
     # Python's float() (scikit-learn's); not its hexadecimal floats, which float() refuses
-    for k in range(p, end):
-        if buf[k] == 120 or buf[k] == 88:  # x X
-            return 0.0, False
     start = buf[p:].ctypes.data
     v = _strtod(start, endptr.ctypes.data)
-    return v, endptr[0] - start == end - p and end > p
+    q = p + np.int64(endptr[0] - start)
+    ok = q > p and q <= limit and _ends_token(buf, q, limit)
+    for k in range(p, min(q, limit)):
+        if buf[k] == 120 or buf[k] == 88:  # x X
+            ok = False
+    return v, q, ok
 
 
 @njit(cache=True, nogil=True)
 def _parse(buf, n, final, shift, max_rows, labels, lengths, indices, values, endptr):
-    """Parse the complete lines of buf[:n] (and a last one without newline when ``final``).
+    """Parse the complete lines of buf[:n] (and a last one without newline when ``final``), in one
+    pass over their bytes.
 
     Returns (bytes consumed, rows, entries, lines passed, status, problem): status MORE (all
     complete lines parsed), FULL (the output arrays or ``max_rows`` are full), ZERO (an index 0
     while reading one-based: the line at ``consumed`` is to be parsed again zero-based), ERROR
     (the line at ``consumed`` is not a sample: ``problem`` says which kind)."""
+    limit = n
+    if not final:  # up to the last newline: every line before it is whole
+        while limit > 0 and buf[limit - 1] != 10:
+            limit -= 1
     p = 0
     rows = 0
     ent = 0
     lines = 0
     rows_cap = min(labels.shape[0], max_rows)
     ent_cap = indices.shape[0]
-    while p < n:
-        e = p
-        while e < n and buf[e] != 10:
-            e += 1
-        if e == n and not final:
+    while p < limit:
+        line = p
+        while p < limit and _space(buf[p]):
+            p += 1
+        if p >= limit:
             break
-        nxt = e + 1 if e < n else e
-        c = p
-        while c < e and buf[c] != 35:  # '#': the rest of the line is a comment
-            c += 1
-        q = p
-        while q < c and _space(buf[q]):
-            q += 1
-        if q == c:  # blank, or a comment
-            p = nxt
+        c = buf[p]
+        if c == 10 or c == 35:  # a blank line, or a comment: to the next line
+            while p < limit and buf[p] != 10:
+                p += 1
+            p += 1
             lines += 1
             continue
-        if rows >= rows_cap or ent + (c - q) // 2 + 1 > ent_cap:
-            return p, rows, ent, lines, FULL, 0
-        t = q
-        while t < c and not _space(buf[t]):
-            if buf[t] == 44:  # ','
-                return p, rows, ent, lines, ERROR, 8
-            t += 1
-        label, ok = _number(buf, q, t, endptr)
+        if rows >= rows_cap:
+            return line, rows, ent, lines, FULL, 0
+        label, p, ok = _number(buf, p, limit, endptr)
         if not ok:
-            return p, rows, ent, lines, ERROR, 1
+            return line, rows, ent, lines, ERROR, 1
         if not math.isfinite(label):
-            return p, rows, ent, lines, ERROR, 10
+            return line, rows, ent, lines, ERROR, 10
         start = ent
         prev = -1
-        q = t
         while True:
-            while q < c and _space(buf[q]):
-                q += 1
-            if q >= c:
+            while p < limit and _space(buf[p]):
+                p += 1
+            if p >= limit or buf[p] == 10:
                 break
-            t = q
-            colon = -1
-            while t < c and not _space(buf[t]):
-                if colon < 0 and buf[t] == 58:
-                    colon = t
-                t += 1
-            if colon < 0:
-                return p, rows, start, lines, ERROR, 2
-            if colon - q == 3 and buf[q] == 113 and buf[q + 1] == 105 and buf[q + 2] == 100:  # qid
-                q = t
+            if buf[p] == 35:  # the rest of the line is a comment
+                while p < limit and buf[p] != 10:
+                    p += 1
+                break
+            t = p
+            if limit - t > 4 and buf[t] == 113 and buf[t + 1] == 105 and buf[t + 2] == 100 and buf[t + 3] == 58:
+                while p < limit and not _space(buf[p]) and buf[p] != 10:  # qid:n, ignored
+                    p += 1
                 continue
-            r = q
             negative = False
-            if r < colon and (buf[r] == 45 or buf[r] == 43):
-                negative = buf[r] == 45
-                r += 1
-            if r == colon:
-                return p, rows, start, lines, ERROR, 3
+            if buf[p] == 45 or buf[p] == 43:
+                negative = buf[p] == 45
+                p += 1
             idx = 0
-            while r < colon:
-                d = buf[r] - 48
-                if d < 0 or d > 9:
-                    return p, rows, start, lines, ERROR, 3
+            nd = 0
+            while p < limit and 48 <= buf[p] <= 57:
                 if idx > 100000000000000000:
-                    return p, rows, start, lines, ERROR, 9
-                idx = idx * 10 + d
-                r += 1
+                    return line, rows, start, lines, ERROR, 9
+                idx = idx * 10 + (np.int64(buf[p]) - 48)
+                nd += 1
+                p += 1
+            if p >= limit or buf[p] != 58 or nd == 0:
+                return line, rows, start, lines, ERROR, 3
             if negative and idx > 0:
-                return p, rows, start, lines, ERROR, 4
+                return line, rows, start, lines, ERROR, 4
             if idx <= prev:
-                return p, rows, start, lines, ERROR, 5
+                return line, rows, start, lines, ERROR, 5
             prev = idx
-            v, ok = _number(buf, colon + 1, t, endptr)
+            v, p, ok = _number(buf, p + 1, limit, endptr)
             if not ok:
-                return p, rows, start, lines, ERROR, 6
+                return line, rows, start, lines, ERROR, 6
             if not math.isfinite(v):
-                return p, rows, start, lines, ERROR, 7
+                return line, rows, start, lines, ERROR, 7
             if idx - shift < 0:
-                return p, rows, start, lines, ZERO, 0
+                return line, rows, start, lines, ZERO, 0
+            if ent >= ent_cap:
+                return line, rows, start, lines, FULL, 0
             indices[ent] = idx - shift
             values[ent] = v
             ent += 1
-            q = t
         labels[rows] = label
         lengths[rows] = ent - start
         rows += 1
-        p = nxt
+        p += 1  # past the newline
         lines += 1
-    return p, rows, ent, lines, MORE, 0
+    return min(p, n), rows, ent, lines, MORE, 0
 
 
 # ------------------------------------------------------------- messages ---
@@ -294,7 +295,7 @@ def convert_libsvm(path, folder, name: str = store_name("csr"), dtype="float64",
     report = progress or (lambda done, total: None)
     max_rows = np.iinfo(np.int64).max if max_samples is None else int(max_samples)
     buf = np.empty(buffer_bytes + 1, np.uint8)  # +1: a NUL after the data (strtod stops there)
-    rows_cap, ent_cap = max(16, buffer_bytes // 16), max(16, buffer_bytes // 8)
+    rows_cap, ent_cap = max(16, buffer_bytes // 64), max(16, buffer_bytes // 16)  # more: a batch is written
     labels, lengths = np.empty(rows_cap), np.empty(rows_cap, np.int64)
     indices, values = np.empty(ent_cap, np.int64), np.empty(ent_cap)
     endptr = np.zeros(1, np.uint64)
