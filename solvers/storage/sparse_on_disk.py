@@ -210,9 +210,11 @@ class SparseOnDisk:
     def nnz(self) -> int:
         return self.store.nnz + (self.shape[0] if self.intercept is not None else 0)
 
-    def coord_nnz(self) -> np.ndarray:
-        """Entries of each coordinate as delivered (the intercept's included)."""
-        return self.store.coord_nnz() + (self.intercept is not None)
+    def coord_nnz(self, coords=None) -> np.ndarray:
+        """Entries of each coordinate (of ``coords``; default all) as delivered, the intercept's included."""
+        indptr = self.store.indptr
+        counts = np.diff(indptr) if coords is None else indptr[coords + 1] - indptr[coords]
+        return counts + (self.intercept is not None)
 
     def coordinate_bytes(self) -> np.ndarray:
         """Bytes each coordinate takes in a block in RAM (indices and values)."""
@@ -374,7 +376,7 @@ class SparseOnDisk:
         """Coordinates ``coords`` (in that order, repeats allowed) into ``block`` (a new one of
         just the size needed when None), factors and intercept applied; returns the block."""
         coords = self.reader.check_coords(coords, "SparseOnDisk.read_block")
-        lengths = self.coord_nnz()[coords]
+        lengths = self.coord_nnz(coords)
         nnz = int(lengths.sum())
         if block is None:
             block = self.new_block(coords.size, nnz)

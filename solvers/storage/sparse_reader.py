@@ -44,10 +44,11 @@ from numba import njit
 from solvers.storage.files import PAGE, RAM_FILE_SYSTEMS, aligned_empty, fs_type, open_direct, preadv_all
 from solvers.storage.sparse_store import SparseStore
 
-__all__ = ["ChunkBuffer", "SparseChunk", "SparseReader", "plan_reads"]
+__all__ = ["ChunkBuffer", "SparseChunk", "SparseReader", "plan_chunk"]
 
 THREADS = 16  # requests in flight: scattered small requests need many (as OnDisk's READ_THREADS)
 MAX_REQUEST = 2 << 20
+PIECE_ENTRIES = 16  # a half's entries per piece its plan can hold
 
 
 @dataclass
@@ -92,88 +93,79 @@ class ChunkBuffer:
             self.values = [ones, ones]
         else:
             self.values = [aligned_empty((self.capacity,), store.value_dtype) for _ in range(2)]
-        self.nbytes = sum(a.nbytes for a in self.indices) + sum({id(a): a.nbytes for a in self.values}.values())
+        # each half's plan: at most a piece per PIECE_ENTRIES entries of capacity (a chunk of shorter
+        # coordinates is cut there: its plan stays a sixteenth of its data's size in int64s)
+        pieces = max(16, self.capacity // PIECE_ENTRIES)
+        self.plans = [tuple(np.empty(pieces, np.int64) for _ in range(8)) for _ in range(2)]
+        self.nbytes = (sum(a.nbytes for a in self.indices) + sum({id(a): a.nbytes for a in self.values}.values())
+                       + sum(a.nbytes for plan in self.plans for a in plan))
 
     @classmethod
     def of_bytes(cls, store: SparseStore, buffer_bytes: int, ones_dtype=np.float64):
-        """A buffer of about ``buffer_bytes`` in all."""
-        per_entry = 2 * store.entry_bytes + (np.dtype(ones_dtype).itemsize if store.binary else 0)
-        return cls(store, int(buffer_bytes) // per_entry, ones_dtype)
+        """A buffer of about ``buffer_bytes`` in all (its plans included)."""
+        per_entry = 2 * store.entry_bytes + (np.dtype(ones_dtype).itemsize if store.binary else 0) \
+            + 2 * 8 * 8 / PIECE_ENTRIES
+        return cls(store, int(int(buffer_bytes) / per_entry), ones_dtype)
 
 
 @njit(cache=True, nogil=True)
-def plan_reads(indptr, coords, block, capacity, piece_max, hole):
-    """The reads of the sorted, distinct ``coords`` through halves of ``capacity`` entries.
+def plan_chunk(indptr, coords, k, lo, block, capacity, piece_max, hole, p_coord, p_lo, p_hi, p_start, p_end,
+               r_lo, r_hi, r_pos):
+    """Plan one chunk: the reads of the sorted, distinct ``coords`` from ``coords[k]`` (from its
+    entry ``lo``; -1: its start) into a half of ``capacity`` entries.
 
-    Each coordinate is one piece, or pieces of at most ``piece_max`` entries when longer. Pieces
-    go to chunks in order; a piece joins the current run of blocks when its first block is at
-    most ``hole`` entries past the run's end and the run still fits the half, else starts a new
-    run (in a new chunk when the half is full). Returns, per piece: (coordinate index in
-    ``coords``, file entry start, end, buffer start, buffer end, chunk), and per run: (chunk,
-    first entry, end entry (both multiples of ``block``), buffer position)."""
+    Each coordinate is one piece, or pieces of at most ``piece_max`` entries when longer. A piece
+    joins the current run of blocks when its first block is at most ``hole`` entries past the
+    run's end and the run still fits the half, else starts a new run; the chunk ends when the half
+    is full or the piece arrays are. Fills, per piece: its coordinate's index in ``coords``, file
+    entry start and end, buffer start and end; per run: first and end entry (multiples of
+    ``block``) and buffer position. Returns (pieces, runs, next k, next lo)."""
     n = coords.shape[0]
-    n_pieces = 0
-    for k in range(n):
-        length = indptr[coords[k] + 1] - indptr[coords[k]]
-        n_pieces += max(1, (length + piece_max - 1) // piece_max)
-    p_coord = np.empty(n_pieces, np.int64)
-    p_lo = np.empty(n_pieces, np.int64)
-    p_hi = np.empty(n_pieces, np.int64)
-    p_start = np.empty(n_pieces, np.int64)
-    p_end = np.empty(n_pieces, np.int64)
-    p_chunk = np.empty(n_pieces, np.int64)
-    r_chunk = np.empty(n_pieces, np.int64)
-    r_lo = np.empty(n_pieces, np.int64)
-    r_hi = np.empty(n_pieces, np.int64)
-    r_pos = np.empty(n_pieces, np.int64)
-    chunk, fill, last_end = 0, 0, 0  # fill: the half's entries taken (end of the current run)
+    max_pieces = p_coord.shape[0]
+    fill = 0  # the half's entries taken: the end of the last run
+    last_end = 0
     n_runs = 0
     p = 0
-    for k in range(n):
+    while k < n and p < max_pieces:
         lo_c = indptr[coords[k]]
         hi_c = indptr[coords[k] + 1]
-        lo = lo_c
-        while True:
-            hi = min(hi_c, lo + piece_max)
-            p_coord[p] = k
-            p_lo[p] = lo
-            p_hi[p] = hi
-            if hi == lo:  # an empty coordinate: an empty row, nothing to read
-                p_start[p] = last_end
-                p_end[p] = last_end
-                p_chunk[p] = chunk
-            else:
-                b_lo = lo - lo % block
-                b_hi = (hi + block - 1) // block * block
-                joined = False
-                if n_runs > 0 and r_chunk[n_runs - 1] == chunk and b_lo <= r_hi[n_runs - 1] + hole:
-                    new_hi = max(r_hi[n_runs - 1], b_hi)
-                    if r_pos[n_runs - 1] + new_hi - r_lo[n_runs - 1] <= capacity:
-                        r_hi[n_runs - 1] = new_hi
-                        fill = r_pos[n_runs - 1] + new_hi - r_lo[n_runs - 1]
-                        joined = True
-                if not joined:
-                    if fill + b_hi - b_lo > capacity:  # the half is full: the next chunk
-                        chunk += 1
-                        fill = 0
-                        last_end = 0
-                    r_chunk[n_runs] = chunk
-                    r_lo[n_runs] = b_lo
-                    r_hi[n_runs] = b_hi
-                    r_pos[n_runs] = fill
-                    fill += b_hi - b_lo
-                    n_runs += 1
-                base = r_pos[n_runs - 1] - r_lo[n_runs - 1]
-                p_start[p] = base + lo
-                p_end[p] = base + hi
-                p_chunk[p] = chunk
-                last_end = p_end[p]
-            p += 1
-            lo = hi
-            if lo >= hi_c:
-                break
-    return (p_coord, p_lo, p_hi, p_start, p_end, p_chunk,
-            r_chunk[:n_runs], r_lo[:n_runs], r_hi[:n_runs], r_pos[:n_runs])
+        if lo < 0:
+            lo = lo_c
+        hi = min(hi_c, lo + piece_max)
+        if hi > lo:
+            b_lo = lo - lo % block
+            b_hi = (hi + block - 1) // block * block
+            joined = False
+            if n_runs > 0 and b_lo <= r_hi[n_runs - 1] + hole:
+                new_hi = max(r_hi[n_runs - 1], b_hi)
+                if r_pos[n_runs - 1] + new_hi - r_lo[n_runs - 1] <= capacity:
+                    r_hi[n_runs - 1] = new_hi
+                    fill = r_pos[n_runs - 1] + new_hi - r_lo[n_runs - 1]
+                    joined = True
+            if not joined:
+                if fill + b_hi - b_lo > capacity:
+                    break  # the half is full: this piece starts the next chunk
+                r_lo[n_runs] = b_lo
+                r_hi[n_runs] = b_hi
+                r_pos[n_runs] = fill
+                fill += b_hi - b_lo
+                n_runs += 1
+            base = r_pos[n_runs - 1] - r_lo[n_runs - 1]
+            p_start[p] = base + lo
+            p_end[p] = base + hi
+            last_end = p_end[p]
+        else:  # an empty coordinate: an empty row, nothing to read
+            p_start[p] = last_end
+            p_end[p] = last_end
+        p_coord[p] = k
+        p_lo[p] = lo
+        p_hi[p] = hi
+        p += 1
+        lo = hi
+        if lo >= hi_c:
+            k += 1
+            lo = -1
+    return p, n_runs, k, lo
 
 
 class SparseReader:
@@ -274,58 +266,61 @@ class SparseReader:
                              f"Got {bad} instead.")
         return c.astype(np.int64, copy=False)
 
-    def plan(self, unique, capacity):
-        """:func:`plan_reads` of the sorted distinct coordinates ``unique`` for halves of ``capacity`` entries."""
-        hole = self.max_hole // self.itemsizes[0] // self.block * self.block
-        return plan_reads(self.store.indptr, unique, self.block, capacity, capacity - 2 * self.block, hole)
-
-    # ------------------------------------------------------------------- reading ---
     def chunks(self, unique, buffer: ChunkBuffer):
         """Read the sorted distinct coordinates ``unique`` through ``buffer``: yields a
-        :class:`SparseChunk` per chunk, the next one read meanwhile into the other half."""
+        :class:`SparseChunk` per chunk, the next one planned and read meanwhile into the other
+        half (a chunk is planned only when its read starts: RAM stays the buffer's)."""
         unique = np.asarray(unique, np.int64)
         if unique.size > 1 and np.any(np.diff(unique) <= 0):
             raise ValueError("The 'unique' parameter of SparseReader.chunks must be sorted and distinct "
                              "(np.unique of the coordinates).")
         if not unique.size:
             return iter(())
-        return self._chunks(unique, buffer, self.plan(unique, buffer.capacity))
+        return self._chunks(unique, buffer)
 
-    def _chunks(self, unique, buffer, plan):
-        p_coord, p_lo, p_hi, p_start, p_end, p_chunk, r_chunk, r_lo, r_hi, r_pos = plan
-        n_chunks = int(p_chunk[-1]) + 1
-        p_cut = np.searchsorted(p_chunk, np.arange(n_chunks + 1))
-        r_cut = np.searchsorted(r_chunk, np.arange(n_chunks + 1))
-        first = np.ones(p_coord.size, bool)
-        first[1:] = p_coord[1:] != p_coord[:-1]
-        last = np.ones(p_coord.size, bool)
-        last[:-1] = p_coord[1:] != p_coord[:-1]
+    def _chunks(self, unique, buffer):
+        indptr = self.store.indptr
+        cap = buffer.capacity
+        hole = self.max_hole // self.itemsizes[0] // self.block * self.block
         entry_bytes = sum(self.itemsizes)
+        values = None if self.store.binary else buffer.values
+        state = {"k": 0, "lo": -1}
 
-        def start(i):
-            half = i % 2
-            runs = slice(r_cut[i], r_cut[i + 1])
-            useful = int((p_hi[p_cut[i]:p_cut[i + 1]] - p_lo[p_cut[i]:p_cut[i + 1]]).sum()) * entry_bytes
-            return self.read_runs(r_lo[runs], r_hi[runs], r_pos[runs], buffer.indices[half],
-                                  None if self.store.binary else buffer.values[half], useful)
+        def start(half):
+            """Plan the next chunk into ``half`` and start its read: (pieces, future), or None at the end."""
+            if state["k"] >= unique.size:
+                return None
+            plan = buffer.plans[half]
+            n_p, n_r, state["k"], state["lo"] = plan_chunk(indptr, unique, state["k"], state["lo"], self.block, cap,
+                                                           cap - 2 * self.block, hole, *plan)
+            p_lo, p_hi, r_lo, r_hi, r_pos = plan[1][:n_p], plan[2][:n_p], plan[5][:n_r], plan[6][:n_r], plan[7][:n_r]
+            useful = int((p_hi - p_lo).sum()) * entry_bytes
+            return n_p, self.read_runs(r_lo, r_hi, r_pos, buffer.indices[half],
+                                       None if values is None else values[half], useful)
 
-        pending = {0: start(0)}
+        pending = [start(0), None]
+        half = 0
         try:
-            for i in range(n_chunks):
-                if i + 1 < n_chunks:  # the other half takes the next read before this one is awaited
-                    pending[i + 1] = start(i + 1)
-                pending.pop(i).result()
-                ps = slice(p_cut[i], p_cut[i + 1])
-                k = p_cut[i + 1] - p_cut[i]
-                indptr = np.empty(2 * k + 1, np.int64)
-                indptr[0] = 0
-                indptr[1::2] = p_start[ps]
-                indptr[2::2] = p_end[ps]
-                half = i % 2
-                yield SparseChunk(indptr, np.arange(1, 2 * k, 2, dtype=np.int64), buffer.indices[half],
-                                  buffer.values[half], unique[p_coord[ps]], p_coord[ps], first[ps], last[ps], p_lo[ps])
+            while pending[half] is not None:
+                pending[1 - half] = start(1 - half)  # the other half's read starts before this one is awaited
+                n_p, future = pending[half]
+                future.result()
+                plan = buffer.plans[half]
+                p_coord, p_lo, p_hi, p_start, p_end = (a[:n_p] for a in plan[:5])
+                coords = unique[p_coord]
+                indptr_local = np.empty(2 * n_p + 1, np.int64)
+                indptr_local[0] = 0
+                indptr_local[1::2] = p_start
+                indptr_local[2::2] = p_end
+                yield SparseChunk(indptr_local, np.arange(1, 2 * n_p, 2, dtype=np.int64), buffer.indices[half],
+                                  buffer.values[half], coords, p_coord.copy(), p_lo == indptr[coords],
+                                  p_hi == indptr[coords + 1], p_lo.copy())
+                pending[half] = None
+                half = 1 - half
         finally:  # left early: no thread may still write into the caller's buffer
-            [future.exception() for future in pending.values()]
+            for item in pending:
+                if item is not None:
+                    item[1].exception()
 
     def stream(self, buffer: ChunkBuffer, start=0, stop=None, values=True):
         """Entries ``start:stop`` (default: all) in file order, a half of ``buffer`` at a time, the

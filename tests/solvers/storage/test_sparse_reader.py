@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from solvers.storage.sparse_reader import ChunkBuffer, SparseReader, plan_reads
+from solvers.storage.sparse_reader import ChunkBuffer, SparseReader, plan_chunk
 from solvers.storage.sparse_store import write_sparse_store
 
 PAGE = mmap.PAGESIZE
@@ -113,23 +113,27 @@ def test_chunks_equal_scipy_rows(stores, kind, threads, max_request, hole):
             assert all(got[c] == X.indptr[c + 1] - X.indptr[c] for c in got)
 
 
-def test_plan_keeps_rows_in_order_inside_a_half():
-    """The planner's buffer positions increase within a chunk, runs fit the half, pieces fit their runs."""
+def test_plans_keep_rows_in_order_inside_a_half():
+    """Chunk after chunk: buffer positions increase within a chunk, runs fit the half, pieces fit
+    their runs and their coordinates, and together they cover every wanted entry once."""
     rng = np.random.default_rng(3)
     lengths = rng.integers(0, 3000, 500)
+    lengths[::7] = 0
     indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     coords = np.unique(rng.choice(500, 200, replace=False))
     cap, block = 8192, 1024
-    p_coord, p_lo, p_hi, p_start, p_end, p_chunk, r_chunk, r_lo, r_hi, r_pos = plan_reads(
-        indptr, coords, block, cap, cap - 2 * block, 0)
-    assert np.all(p_hi - p_lo == p_end - p_start) and np.all(p_hi - p_lo <= cap - 2 * block)
-    for c in np.unique(p_chunk):
-        ps = p_chunk == c
-        assert np.all(np.diff(p_start[ps]) >= 0) and np.all(p_start[ps][1:] >= p_end[ps][:-1])
-        rs = r_chunk == c
-        assert np.all(r_pos[rs] + r_hi[rs] - r_lo[rs] <= cap) and np.all(r_lo[rs] % block == 0)
-    assert np.array_equal(np.bincount(p_coord, p_hi - p_lo, minlength=coords.size),
-                          (indptr[coords + 1] - indptr[coords]).astype(float))
+    plan = tuple(np.empty(64, np.int64) for _ in range(8))
+    k, lo, covered, chunks = 0, -1, np.zeros(coords.size, np.int64), 0
+    while k < coords.size:
+        n_p, n_r, k, lo = plan_chunk(indptr, coords, k, lo, block, cap, cap - 2 * block, 0, *plan)
+        p_coord, p_lo, p_hi, p_start, p_end, r_lo, r_hi, r_pos = plan
+        assert n_p > 0 and np.all(p_hi[:n_p] - p_lo[:n_p] == p_end[:n_p] - p_start[:n_p])
+        assert np.all(p_start[1:n_p] >= p_end[:n_p - 1]) and np.all(p_hi[:n_p] - p_lo[:n_p] <= cap - 2 * block)
+        assert np.all(r_pos[:n_r] + r_hi[:n_r] - r_lo[:n_r] <= cap) and np.all(r_lo[:n_r] % block == 0)
+        assert np.all(p_lo[:n_p] >= indptr[coords[p_coord[:n_p]]]) and np.all(p_hi[:n_p] <= indptr[coords[p_coord[:n_p]] + 1])
+        np.add.at(covered, p_coord[:n_p], p_hi[:n_p] - p_lo[:n_p])
+        chunks += 1
+    assert chunks > 1 and np.array_equal(covered, indptr[coords + 1] - indptr[coords])
 
 
 def test_bytes_counted_as_the_os_counts_them_and_no_page_left(stores):
