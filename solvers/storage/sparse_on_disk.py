@@ -401,8 +401,8 @@ class SparseOnDisk:
         for ch in self.reader.chunks(u, self._block_buffer):
             within = ch.starts - indptr[ch.coords]  # a piece's first entry within its coordinate
             f = np.ones(ch.size) if self.scale is None else self.scale[ch.coords]
-            _gather_pieces(ch.indptr, ch.positions, ch.indices, ch.values, self.store.binary, dest_u[ch.unique] + within,
-                           f, block._indices, block._data)
+            _gather_pieces(ch.indptr, ch.positions, ch.indices, ch.values, self.store.binary,
+                           dest_u[ch.unique] + within, f, block._indices, block._data)
         if self.intercept is not None:  # the last entry of each row
             ends = block._indptr[first_row + 1] - 1
             block._indices[ends] = self.n_features

@@ -470,7 +470,8 @@ class SparseStoreWriter:
                 final = self.folder / f"{self.name}.{part}"
                 files[final.name] = {"bytes": f.size, "xxh3_128": self._hashers[part].hexdigest()}
             meta = {"format": FORMAT, "version": VERSION, "layout": self.layout, "shape": list(shape),
-                    "nnz": self.nnz, "indices": str(self.index_dtype), "values": None if values is None else str(values),
+                    "nnz": self.nnz, "indices": str(self.index_dtype),
+                    "values": None if values is None else str(values),
                     "block_entries": block, "files": files}
             for part in self._files:
                 os.replace(self._tmp(part), self.folder / f"{self.name}.{part}")

@@ -12,12 +12,12 @@
 - ``cache``: the cache (keys, checksums, rebuilding a damaged entry)
 """
 
-from tasks.data.cache import MAKERS, cache_key, checksum, load_dataset, read_cached
+from tasks.data.cache import BYTE_COUNTED, MAKERS, cache_key, checksum, load_dataset, read_cached
 from tasks.data.configs import (DATA_CONFIGS, CriteoData, Dataset, LibsvmData, NpyData, SklearnData, SphereData,
                                 SyntheticCriteoData, SyntheticDenseData, SyntheticSparseData, ZarrData, resolve_path,
                                 validate_data_config)
 from tasks.data.errors import DataError
 
-__all__ = ["MAKERS", "cache_key", "checksum", "load_dataset", "read_cached", "DATA_CONFIGS", "CriteoData", "Dataset",
+__all__ = ["BYTE_COUNTED", "MAKERS", "cache_key", "checksum", "load_dataset", "read_cached", "DATA_CONFIGS", "CriteoData", "Dataset",
            "LibsvmData", "SyntheticCriteoData", "NpyData", "SklearnData", "SphereData", "SyntheticDenseData", "SyntheticSparseData",
            "ZarrData", "resolve_path", "validate_data_config", "DataError"]

@@ -66,6 +66,7 @@ MAKERS = {
     "npy": make_npy,
     "zarr": make_zarr,
 }
+BYTE_COUNTED = {"libsvm", "criteo"}  # makers whose progress is the bytes of their file read (the others: steps)
 META_VERSION = 2
 ADDED_LATER = {"n_groups": 1}  # fields hashed into the cache key only when not at this default
 _CHUNK = 1 << 26  # bytes hashed per read

@@ -12,10 +12,9 @@ import scipy.sparse as sp
 
 pytest.importorskip("vowpalwabbit")
 
-from solvers.glm.problems import make_problem  # noqa: E402
+from solvers.glm.problems import make_problem, make_problem_on_disk  # noqa: E402
 from solvers.storage.sparse_on_disk import SparseOnDisk  # noqa: E402
 from solvers.storage.sparse_store import write_sparse_store  # noqa: E402
-from solvers.glm.problems import make_problem_on_disk  # noqa: E402
 from tasks.peers import PeerUnsupported, _VwCache, _vw_fit, make_peer, vw_l2  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning",

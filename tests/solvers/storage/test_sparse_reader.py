@@ -130,7 +130,8 @@ def test_plans_keep_rows_in_order_inside_a_half():
         assert n_p > 0 and np.all(p_hi[:n_p] - p_lo[:n_p] == p_end[:n_p] - p_start[:n_p])
         assert np.all(p_start[1:n_p] >= p_end[:n_p - 1]) and np.all(p_hi[:n_p] - p_lo[:n_p] <= cap - 2 * block)
         assert np.all(r_pos[:n_r] + r_hi[:n_r] - r_lo[:n_r] <= cap) and np.all(r_lo[:n_r] % block == 0)
-        assert np.all(p_lo[:n_p] >= indptr[coords[p_coord[:n_p]]]) and np.all(p_hi[:n_p] <= indptr[coords[p_coord[:n_p]] + 1])
+        owner = coords[p_coord[:n_p]]
+        assert np.all(p_lo[:n_p] >= indptr[owner]) and np.all(p_hi[:n_p] <= indptr[owner + 1])
         np.add.at(covered, p_coord[:n_p], p_hi[:n_p] - p_lo[:n_p])
         chunks += 1
     assert chunks > 1 and np.array_equal(covered, indptr[coords + 1] - indptr[coords])
