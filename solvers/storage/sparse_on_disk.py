@@ -192,6 +192,13 @@ class SparseOnDisk:
                                                                f", intercept {self.intercept:g}")
         return f"SparseOnDisk({self.reader!r}{extra})"
 
+    def __getstate__(self):
+        """Pickled (shipped to a worker): the reader reopens the store by path; buffers and the
+        background thread are made again there, counters at 0."""
+        state = dict(self.__dict__)
+        state.update(_buffer=None, _block_buffer=None, _background=None, compute_s=0.0, compute_bytes=0)
+        return state
+
     # -------------------------------------------------------------- as OnDisk ---
     @property
     def matrix(self):

@@ -107,6 +107,19 @@ def test_prefetched_block_into_a_given_block(stores):
     A.close()
 
 
+def test_a_pickled_copy_reads_the_same(stores):
+    import pickle
+
+    csr, _, X, _, yc = stores["float64"]
+    A = SparseOnDisk(csr).scaled(np.where(yc > 0, 1.0, -1.0), intercept=1.5)
+    A.read_block(np.arange(5))
+    B = pickle.loads(pickle.dumps(A))
+    assert B.bytes_read == 0 and B.intercept == 1.5
+    assert abs(B.read_block(np.arange(40)).csr(D + 1) - A.read_block(np.arange(40)).csr(D + 1)).max() == 0
+    A.close()
+    B.close()
+
+
 def test_binary_row_stats_need_no_read(stores):
     csr, _, X, _, _ = stores["binary"]
     A = SparseOnDisk(csr)
