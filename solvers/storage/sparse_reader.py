@@ -94,11 +94,18 @@ class ChunkBuffer:
         else:
             self.values = [aligned_empty((self.capacity,), store.value_dtype) for _ in range(2)]
         # each half's plan: at most a piece per PIECE_ENTRIES entries of capacity (a chunk of shorter
-        # coordinates is cut there: its plan stays a sixteenth of its data's size in int64s)
-        pieces = max(16, self.capacity // PIECE_ENTRIES)
-        self.plans = [tuple(np.empty(pieces, np.int64) for _ in range(8)) for _ in range(2)]
+        # coordinates is cut there: its plan stays a sixteenth of its data's size in int64s); made
+        # when first planned (a stream of entries in file order needs none)
+        self.pieces = max(16, self.capacity // PIECE_ENTRIES)
+        self._plans = None
         self.nbytes = (sum(a.nbytes for a in self.indices) + sum({id(a): a.nbytes for a in self.values}.values())
-                       + sum(a.nbytes for plan in self.plans for a in plan))
+                       + 2 * 8 * 8 * self.pieces)
+
+    @property
+    def plans(self):
+        if self._plans is None:
+            self._plans = [tuple(np.empty(self.pieces, np.int64) for _ in range(8)) for _ in range(2)]
+        return self._plans
 
     @classmethod
     def of_bytes(cls, store: SparseStore, buffer_bytes: int, ones_dtype=np.float64):
