@@ -23,8 +23,8 @@ from solvers.glm.checks import (AUTO_OR_POSITIVE_INT, DEVICES, Either, Integer, 
 from solvers.glm.models import MODELS
 from tasks.cluster import (ClusterConfig, LocalClusterConfig, LocalCudaClusterConfig, RemoteClusterConfig,
                            SlurmClusterConfig)
-from tasks.data import (LibsvmData, NpyData, SklearnData, SphereData, SyntheticDenseData, SyntheticSparseData,
-                        ZarrData)
+from tasks.data import (CriteoData, LibsvmData, NpyData, SklearnData, SphereData, SyntheticCriteoData,
+                        SyntheticDenseData, SyntheticSparseData, ZarrData)
 
 POSITIVE = Real(0, None, "neither")
 
@@ -200,7 +200,7 @@ SCHEMAS = {
     "model": {**{name: model_schema(m) for name, m in MODELS.items()}, "mlp": MlpModel},
     "data": {"synthetic_dense": SyntheticDenseData, "synthetic_sparse": SyntheticSparseData,
              "libsvm": LibsvmData, "sklearn": SklearnData, "sphere": SphereData, "npy": NpyData,
-             "zarr": ZarrData},
+             "zarr": ZarrData, "criteo": CriteoData, "synthetic_criteo": SyntheticCriteoData},
     "solver": {"duhl": DuhlSolverConfig, "cocoa": CocoaSolverConfig, "diana": DianaSolverConfig},
     "device": {"base": DeviceConfig},
     "cluster": {"base": ClusterConfig, "local": LocalClusterConfig, "local_cuda": LocalCudaClusterConfig,

@@ -29,7 +29,7 @@ from pipelines.tracking import (PROJECT_ROOT, SWEEP_PARENT_ENV, RoundSampler, ar
 from solvers.glm.models import get_model
 from tasks.arms import make_solver, prepare_on_disk, progress_metric, run_arm, warmup
 from tasks.cluster import validate_cluster_config
-from tasks.data import cache_key, load_dataset, resolve_path, validate_data_config
+from tasks.data import BYTE_COUNTED, cache_key, load_dataset, resolve_path, validate_data_config
 from tasks.distributed_glm.arms import Placement
 from tasks.distributed_glm.arms import check_model as check_arm_model
 from tasks.peers import missing_reason
@@ -174,7 +174,7 @@ def run(cfg: DictConfig, plan: Plan, tracker: Any, tags: Dict[str, str], run_nam
     with tracker.run(run_name, os.environ.get(SWEEP_PARENT_ENV), tags["parent"]) as parent_id:
         tracker.log_params(parent_id, parent_params(cfg, plan))
 
-        with progress.data_progress(show, f"data {plan.data.name}") as update:
+        with progress.data_progress(show, f"data {plan.data.name}", plan.data.name in BYTE_COUNTED) as update:
             dataset = load_dataset(plan.data, resolve_path(cfg.cache_dir, PROJECT_ROOT), PROJECT_ROOT, update)
         console.print(f"data: {plan.data.name} {dataset.shape[0]} x {dataset.shape[1]}, "
                       f"{dataset.nbytes / 1e6:.1f} MB ({relative(dataset.path)}; {dataset.verified} "
@@ -193,9 +193,12 @@ def run(cfg: DictConfig, plan: Plan, tracker: Any, tags: Dict[str, str], run_nam
         console.print(f"warm-up (kernels for {what}, compiled or loaded from Numba's cache): {warmup_s:.2f}s, "
                       "not counted in any arm")
         if on_disk:
-            gbps = cold_read_bandwidth(dataset.path / "X.npy")
+            # a sparse dataset's store (LIBSVM, Criteo) has no X.npy: its entries are read instead
+            probe = dataset.path / "X.npy" if dataset.store is None else dataset.path
+            gbps = cold_read_bandwidth(probe)
             tracker.set_tags(parent_id, {"disk_read_gbps": f"{gbps:.2f}"})
-            console.print(f"disk: {gbps:.2f} GB/s, one cold read of up to 1 GB of X.npy past the page cache; "
+            what = "X.npy" if dataset.store is None else f"the sparse store {dataset.store.name}"
+            console.print(f"disk: {gbps:.2f} GB/s, one cold read of up to 1 GB of {what} past the page cache; "
                           f"arms reading from disk: {', '.join(on_disk)}")
 
         traces, stats, extras = {}, {}, {}

@@ -25,8 +25,15 @@ def _bar(enabled: bool) -> Progress:
 
 
 @contextmanager
-def data_progress(enabled: bool, description: str) -> Iterator[Callable[[int, int], None]]:
-    """Yields ``update(done, total)`` for tasks.data's makers."""
+def data_progress(enabled: bool, description: str, in_bytes: bool = False) -> Iterator[Callable[[int, int], None]]:
+    """Yields ``update(done, total)`` for tasks.data's makers; ``in_bytes``: a converter that counts
+    the bytes of its file (the bar shows them and their rate, tasks.data.streams.byte_progress)."""
+    if in_bytes:
+        from tasks.data.streams import byte_progress
+
+        with byte_progress(description, enabled) as update:
+            yield update
+        return
     with _bar(enabled) as bar:
         task = bar.add_task(description, total=None, info="")
 

@@ -1,4 +1,4 @@
-"""Peer solvers (scikit-learn, celer, skglm, Snap ML, dask-glm) as experiment arms.
+"""Peer solvers (scikit-learn, celer, skglm, Snap ML, dask-glm, Vowpal Wabbit) as experiment arms.
 
 A peer runs at a schedule of its own tolerances (or iteration caps); each fit
 starts from zero and is timed alone (its wall time, the median of ``repeats``
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import os
 import statistics
 import time
 import warnings
@@ -214,6 +215,107 @@ def _daskml(problem, X, y, knob, method):
     return fit
 
 
+# ---------------------------------------------------------- Vowpal Wabbit ---
+VW_PASSES = tuple(range(1, 11))                            # online: 1 .. 10 passes
+VW_BFGS_PASSES = tuple(2 ** k for k in range(1, 11))      # --bfgs: 2 .. 1024 passes
+VW_LOSSES = {"logistic": "logistic", "svm": "hinge"}
+VW_TEXT_ROWS = 1 << 14  # rows formatted at a time
+
+
+def vw_l2(problem, method):
+    """VW's ``--l2`` for our ``C`` (see :class:`VowpalWabbitPeer`): 1 / C for ``--bfgs``, whose
+    objective sums the losses; 1 / (n C) online, whose updates minimise their average."""
+    C = float(problem.params["C"])
+    return 1.0 / C if method == "bfgs" else 1.0 / (problem.n_coords * C)
+
+
+def _vw_rows(problem, seed=0):
+    """(labels, CSR rows x_i) the VW text is written from, a block at a time: the problem's
+    signed rows A_i = s_i x_i back as (x_i, s_i) on disk (a SparseOnDisk's signs), in RAM with
+    each row's sign flipped at random as the other peers see them (peer_data); the intercept
+    column, when fitted, a penalised feature as in liblinear. Yields (labels, csr block)."""
+    A = problem.A
+    if getattr(A, "on_disk", False):
+        if not hasattr(A, "read_block"):
+            raise PeerUnsupported("Vowpal Wabbit's arm reads data on disk from a sparse store only")
+        signs = A.scale if A.scale is not None else np.ones(problem.n_coords)
+        for lo in range(0, problem.n_coords, VW_TEXT_ROWS):
+            coords = np.arange(lo, min(problem.n_coords, lo + VW_TEXT_ROWS))
+            block = A.read_block(coords).csr(A.shape[1])
+            t = signs[coords]
+            yield t, sp.diags(t) @ block  # s_i (s_i x_i) = x_i
+        return
+    X, t = peer_data(problem, seed)
+    X = sp.csr_matrix(X)
+    for lo in range(0, X.shape[0], VW_TEXT_ROWS):
+        yield t[lo:lo + VW_TEXT_ROWS], X[lo:lo + VW_TEXT_ROWS]
+
+
+def write_vw_text(problem, path):
+    """VW's text format of the problem's data: ``label | j:x_ij ...`` (``j`` alone when x_ij = 1),
+    features named by their column, in the default namespace (whose hash is 0: VW's index of a
+    feature named by an integer j is j itself). Returns the number of features."""
+    with open(path, "w") as f:
+        for labels, rows in _vw_rows(problem):
+            rows.sort_indices()
+            out = []
+            for i in range(rows.shape[0]):
+                lo, hi = rows.indptr[i], rows.indptr[i + 1]
+                pairs = " ".join(str(j) if v == 1.0 else f"{j}:{float(v)!r}"
+                                 for j, v in zip(rows.indices[lo:hi].tolist(), rows.data[lo:hi].tolist()))
+                out.append(f"{int(labels[i])} | {pairs}\n")
+            f.write("".join(out))
+    return problem.A.shape[1]
+
+
+class _VwCache:
+    """A problem's data in VW's binary cache (built once per problem and peer, timed: ``seconds``)."""
+
+    def __init__(self, problem, folder=None):
+        import tempfile
+
+        import vowpalwabbit
+
+        self.folder = tempfile.mkdtemp(prefix="vw-", dir=folder)
+        text, self.path = f"{self.folder}/data.vw", f"{self.folder}/data.cache"
+        self.n_features = write_vw_text(problem, text)
+        self.bits = max(18, int(np.ceil(np.log2(max(2, self.n_features)))))  # every column its own weight
+        start = time.perf_counter()  # VW's parse of the text into its cache: timed apart from the fits
+        ws = vowpalwabbit.Workspace(f"-d {text} --cache_file {self.path} -b {self.bits} --noconstant --noop --quiet")
+        ws.run_parser()
+        ws.finish()
+        self.seconds = time.perf_counter() - start
+        os.unlink(text)
+
+    def remove(self):
+        import shutil
+
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _vw_fit(problem, cache, knob, method, vw_args=""):
+    """A fit of ``knob`` passes over the cache; returns w (contraction applied, see VowpalWabbitPeer)."""
+    import vowpalwabbit
+
+    if problem.name not in VW_LOSSES or (problem.name == "svm" and not _hinge(problem)):
+        raise PeerUnsupported("Vowpal Wabbit's arm here is logistic regression or the hinge-loss SVM "
+                              f"(VW has no squared hinge or {problem.name} with our objective)")
+    args = (f"--cache_file {cache.path} -b {cache.bits} --noconstant --holdout_off --quiet "
+            f"--loss_function {VW_LOSSES[problem.name]} --l2 {vw_l2(problem, method)!r} --passes {int(knob)}"
+            + (" --bfgs" if method == "bfgs" else "") + (f" {vw_args}" if vw_args else ""))
+    ws = vowpalwabbit.Workspace(args)  # built here, untimed: the fit is the passes
+
+    def fit():
+        ws.run_parser()
+        w = np.array([ws.get_weight(j) for j in range(cache.n_features)])
+        big = int(np.argmax(np.abs(w))) if w.size else 0
+        if w.size and w[big] != 0.0:  # online --l2 keeps w / contraction: a prediction gives the factor
+            w *= ws.predict(f"| {big}:1") / w[big]
+        ws.finish()
+        return w
+    return fit
+
+
 # name -> (import name, pip name, builder, method, schedule)
 PEERS = {
     "peer_sklearn": ("sklearn", "scikit-learn", _sklearn, None, TOLS),
@@ -223,6 +325,8 @@ PEERS = {
     "peer_snapml": ("snapml", "snapml", _snapml, None, TOLS),
     "peer_daskml": ("dask_glm", "dask-ml", _daskml, None, TOLS),
     "peer_daskml_admm": ("dask_glm", "dask-ml", _daskml, "admm", ITERS),
+    "peer_vw": ("vowpalwabbit", "vowpalwabbit", _vw_fit, "online", VW_PASSES),
+    "peer_vw_bfgs": ("vowpalwabbit", "vowpalwabbit", _vw_fit, "bfgs", VW_BFGS_PASSES),
 }
 
 
@@ -356,8 +460,78 @@ class Peer:
                           epochs=knob, bytes_h2d=0, n_rounds=len(rows) - 1, notes=notes)
 
 
+class VowpalWabbitPeer(Peer):
+    """Vowpal Wabbit (``pip install vowpalwabbit``) on the problem's data, scored by our objective.
+
+    Logistic regression (``--loss_function logistic``) and the hinge-loss SVM (``hinge``), no
+    constant (``--noconstant``: our problem's intercept, when fitted, is liblinear's penalised
+    feature, a column of the data VW sees), every pass on all data (``--holdout_off``).
+    The regularisation, for our P(w) = 1/2 ||w||^2 + C sum_i loss(y_i <w, x_i>):
+
+    - ``--bfgs`` (``peer_vw_bfgs``; the schedule: 2 .. 1024 passes) minimises
+      sum_i loss_i(w) + l2/2 ||w||^2 = P(w) / C, so ``--l2 = 1 / C``;
+    - online (``peer_vw``; 1 .. 10 passes) updates w <- (1 - l2 eta) w - eta grad loss_i(w)
+      example by example (its ``--l2`` enters as a contraction of w), a stochastic gradient of
+      loss_i(w) + l2/2 ||w||^2, whose average over the n examples is P(w) / (n C): ``--l2 = 1 / (n C)``.
+      VW skips the update, contraction included, of an example whose loss has no gradient (the
+      hinge beyond the margin): online, the hinge's regularisation is weaker than asked, and
+      no ``--l2`` matches C exactly there; its points are scored by our objective as they are.
+
+    Both were checked against scikit-learn's optimum (tests/tasks/test_peer_vw.py). Online, VW
+    keeps its weights divided by the running contraction; the weights returned are multiplied
+    back (the factor read from one prediction). The data go to VW's text format once, then VW
+    parses them into its binary cache (``--cache_file``): that parse is timed apart
+    (``cache_s``, and a note in the result), each fit then reads the cache only. ``vw_args``:
+    more VW arguments for every fit (a learning rate, ``-l 0.1``, ...). ``folder``: where the
+    text and cache go (default: the system's temporary folder); removed after the solve.
+    """
+
+    def __init__(self, *args, vw_args="", folder=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.vw_args, self.folder = str(vw_args), folder
+        self.cache_s = None
+        self._caches = {}
+
+    def fits(self, problem):
+        reason = missing_reason(self.library)
+        if reason:
+            raise ImportError(reason)
+        _, _, build, method, schedule = PEERS[self.library]
+        if problem.name not in VW_LOSSES or (problem.name == "svm" and not _hinge(problem)):
+            raise PeerUnsupported("Vowpal Wabbit's arm here is logistic regression or the hinge-loss SVM "
+                                  f"(VW has no squared hinge, nor {problem.name} with our objective)")
+        key = id(problem)
+        if key not in self._caches:
+            self._caches[key] = _VwCache(problem, self.folder)
+            self.cache_s = self._caches[key].seconds
+        cache = self._caches[key]
+        schedule = [k for k in schedule if k <= self.max_epochs] or [schedule[0]]
+        return [(knob, lambda knob=knob: build(problem, cache, knob, method, self.vw_args)) for knob in schedule]
+
+    def warm_up(self, problem):
+        try:
+            return super().warm_up(problem)
+        finally:
+            self._remove()
+
+    def solve(self, problem, warm_up=False):
+        try:
+            result = super().solve(problem, warm_up=warm_up)
+        finally:
+            self._remove()
+        result.notes.append(f"Vowpal Wabbit's cache (its parse of the data's text): {self.cache_s:.3f} s, "
+                            "in no fit's time_s")
+        return result
+
+    def _remove(self):
+        for cache in self._caches.values():
+            cache.remove()
+        self._caches.clear()
+
+
 def _peer_class(name):
-    return type(f"Peer_{name}", (Peer,), {"library": name, "__doc__": Peer.__doc__})
+    base = VowpalWabbitPeer if PEERS[name][2] is _vw_fit else Peer
+    return type(f"Peer_{name}", (base,), {"library": name, "__doc__": base.__doc__})
 
 
 PEER_SOLVERS = {name: _peer_class(name) for name in PEERS}

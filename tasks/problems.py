@@ -13,9 +13,12 @@ from sklearn.utils.multiclass import type_of_target
 from solvers.distbelief.models import CLASSIFIERS as DISTBELIEF_CLASSIFIERS
 from solvers.glm.models import MODELS
 from solvers.storage.on_disk import OnDisk
+from solvers.storage.sparse_on_disk import SparseOnDisk
+from solvers.storage.sparse_store import SparseStore, store_name
 from solvers.glm.problems import make_problem, make_problem_on_disk
 from tasks.data import DataError
 from tasks.data.rows import features, sample_major
+from tasks.data.sparse import sparse_layout
 
 
 def is_classifier(model: str) -> bool:
@@ -68,27 +71,47 @@ def build_problem_on_disk(model_cfg: Mapping[str, Any], folder, y, row_stats=Non
     kwargs = dict(model_cfg)
     model = kwargs.pop("name")
     path = on_disk_path(model, folder)
-    # a classifier's rows are padded: its features are the leading values
-    data = OnDisk(path, n_features=features(path) if is_classifier(model) else None, direct=direct)
+    if isinstance(path, SparseStore):  # a sparse store of the layout the model reads
+        data = SparseOnDisk(path, direct=direct)
+    else:  # a classifier's rows are padded: its features are the leading values
+        data = OnDisk(path, n_features=features(path) if is_classifier(model) else None, direct=direct)
     return make_problem_on_disk(model, data, labels_for(model, y), row_stats=row_stats, **kwargs)
 
 
-def on_disk_path(model: str, folder) -> Path:
-    """The file a model reads from disk: X.npy (features contiguous) or, for a classifier, the
-    sample-major copy (made now if the cache entry has none yet)."""
+def has_sparse_store(folder) -> bool:
+    """Whether the cache entry holds its X as a sparse store (LIBSVM, Criteo, synthetic clicks)."""
+    return not (Path(folder) / "X.npy").exists() and any(
+        (Path(folder) / f"{store_name(layout)}.json").exists() for layout in ("csr", "csc"))
+
+
+def on_disk_path(model: str, folder):
+    """What a model reads from disk: X.npy (features contiguous) or, for a classifier, the
+    sample-major copy (made now if the cache entry has none yet); for sparse data, the store of
+    the model's layout (a SparseStore: 'csr' for a classifier, 'csc' for the Lasso family, the
+    second written now from the first if the entry has none yet)."""
+    if has_sparse_store(folder):
+        return sparse_layout(folder, "csr" if is_classifier(model) else "csc")
     if is_classifier(model):
         return sample_major(folder)
     path = Path(folder) / "X.npy"
     if not path.exists():
-        raise DataError(f"host_budget needs a dense dataset in the cache's X.npy; {path} does not exist "
-                        "(sparse and LIBSVM data stay in RAM).")
+        raise DataError(f"host_budget needs the dataset on disk in the cache (X.npy or a sparse store); "
+                        f"{Path(folder).name} has neither.")
     return path
 
 
 def coordinate_stats(model: str, folder):
-    """(sum, sum of squares) of each coordinate's data in the file ``model`` reads from disk
-    (features of X.npy, or samples of its sample-major copy): one pass past the page cache."""
-    return OnDisk(on_disk_path(model, folder)).row_stats()
+    """(sum, sum of squares) of each coordinate's data in what ``model`` reads from disk
+    (features of X.npy, or samples of its sample-major copy; a sparse store's coordinates): one
+    pass past the page cache (none for a binary store: its counts)."""
+    path = on_disk_path(model, folder)
+    if isinstance(path, SparseStore):
+        data = SparseOnDisk(path)
+        try:
+            return data.row_stats()
+        finally:
+            data.close()
+    return OnDisk(path).row_stats()
 
 
 WARMUP_COLUMNS = 256
@@ -104,7 +127,7 @@ def read_only_miniature(model: str, X, y, rows: int = 64):
     else:
         index = np.arange(min(rows, y.shape[0]))
     if sp.issparse(X):
-        small = X[index]
+        small = _rows(X, index)
         parts = (small.data, small.indices, small.indptr)
     else:
         # a few columns too: compiling needs the dtype and layout, not the width, and a row of a
@@ -116,3 +139,15 @@ def read_only_miniature(model: str, X, y, rows: int = 64):
     for array in (*parts, small_y):
         array.setflags(write=False)
     return small, small_y
+
+
+def _rows(X, index):
+    """Rows ``index`` of a sparse X as a small CSR, gathered entry by entry: X may be memory-mapped
+    from a store (a binary one's values a broadcast 1), which scipy's own row indexing would copy whole."""
+    X = X if X.format == "csr" else X.tocsr()
+    lo, hi = X.indptr[index].astype(np.int64), X.indptr[index + 1].astype(np.int64)
+    positions = np.concatenate([np.arange(a, b) for a, b in zip(lo, hi)] + [np.zeros(0, np.int64)])
+    indptr = np.concatenate([[0], np.cumsum(hi - lo)])
+    data = np.ascontiguousarray(X.data[positions])
+    indices = np.asarray(X.indices[positions])
+    return sp.csr_matrix((data, indices, indptr.astype(indices.dtype)), shape=(index.size, X.shape[1]))

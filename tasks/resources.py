@@ -89,9 +89,12 @@ class ArmResources:
 
 
 def cold_read_bandwidth(path, max_bytes: int = 1 << 30) -> float:
-    """GB/s of one read of up to ``max_bytes`` of the coordinate-major .npy ``path`` past the
-    page cache (O_DIRECT where the file system allows it), 64 MiB at a time as the disk tier
-    reads (8 MiB requests on its threads): the disk's rate as the solver can see it."""
+    """GB/s of one read of up to ``max_bytes`` of the coordinate-major .npy ``path`` (or of the
+    sparse store in the folder ``path``) past the page cache (O_DIRECT where the file system
+    allows it), 64 MiB at a time as the disk tier reads (8 MiB requests on its threads): the
+    disk's rate as the solver can see it."""
+    if Path(path).is_dir():
+        return _cold_store_bandwidth(Path(path), max_bytes)
     with DiskMatrix(Path(path)) as matrix:
         rows = max(1, min(matrix.shape[0], max_bytes // matrix.row_bytes))
         chunk = max(1, min(rows, (64 << 20) // matrix.row_bytes))
@@ -103,3 +106,19 @@ def cold_read_bandwidth(path, max_bytes: int = 1 << 30) -> float:
         seconds = time.perf_counter() - start
         return rows * matrix.row_bytes / seconds / 1e9
 
+
+def _cold_store_bandwidth(folder: Path, max_bytes: int) -> float:
+    """cold_read_bandwidth of a cache entry's sparse store: its entries in file order."""
+    from solvers.storage.sparse_reader import ChunkBuffer, SparseReader
+    from solvers.storage.sparse_store import open_store, store_name
+
+    name = next(store_name(k) for k in ("csr", "csc") if (folder / f"{store_name(k)}.json").exists())
+    store = open_store(folder, name)
+    with SparseReader(store, max_request=8 << 20, threads=4) as reader:
+        buffer = ChunkBuffer.of_bytes(store, 128 << 20)
+        stop = min(store.nnz, max(1, max_bytes // store.entry_bytes))
+        start = time.perf_counter()
+        for _ in reader.stream(buffer, 0, stop):
+            pass
+        seconds = time.perf_counter() - start
+        return reader.bytes_read / seconds / 1e9 if seconds > 0 else float("nan")

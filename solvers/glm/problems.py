@@ -70,6 +70,8 @@ class Problem:
             if self.sparse:
                 per_entry = self.A.data.itemsize + self.A.indices.itemsize
                 counts = np.diff(self.A.indptr).astype(np.int64) * per_entry
+            elif hasattr(self.A, "coordinate_bytes"):  # sparse data on disk: each coordinate's own size
+                counts = self.A.coordinate_bytes()
             else:
                 counts = np.full(self.n_coords, self.A.shape[1] * self.A.itemsize, dtype=np.int64)
             kept = self.__dict__["_coord_bytes"] = (self.A, counts)
@@ -225,12 +227,14 @@ def _regression_from(model, A, y, params, n, d, sums, sq):
 
 def make_problem_on_disk(name, data, y, row_stats=None, owner=None, **params):
     """A :class:`Problem` whose coordinate data stay on disk (``data``: a
-    solvers.storage.on_disk.OnDisk). Regression models: ``data`` holds X^T, (n_features,
-    n_samples), a feature per coordinate; ``row_stats`` = (sum, sum of squares) of each
-    feature. Classifiers (solved in the dual): ``data`` holds X itself, (n_samples,
-    n_features) in C order, a sample per coordinate, read with the labels' signs applied
-    (y_i x_i, exact); ``row_stats``: (sum, sum of squares) of each sample's row of X. Without
-    ``row_stats`` one pass over the data computes them."""
+    solvers.storage.on_disk.OnDisk, dense, or a solvers.storage.sparse_on_disk.SparseOnDisk, a
+    sparse store). Regression models: ``data`` holds X^T, (n_features, n_samples), a feature
+    per coordinate (a dense Fortran-order X, or a 'csc' store); ``row_stats`` = (sum, sum of
+    squares) of each feature. Classifiers (solved in the dual): ``data`` holds X itself,
+    (n_samples, n_features), a sample per coordinate (a C-order X, or a 'csr' store), read with
+    the labels' signs applied (y_i x_i, exact); ``row_stats``: (sum, sum of squares) of each
+    sample's row of X. Without ``row_stats`` one pass over the data computes them (none for a
+    binary store: its counts are the stats)."""
     model = get_model(name)
     params = model_params(name, owner, **params)
     y = check_array(y, ensure_2d=False, dtype=np.float64, input_name="y")
@@ -246,7 +250,9 @@ def make_problem_on_disk(name, data, y, row_stats=None, owner=None, **params):
 def _classification_on_disk(model, data, y, row_stats, params, owner):
     n, m = data.shape
     d = getattr(data, "n_features", m)  # X's own width: the rest of each row is zero padding
-    if params["fit_intercept"] and d >= m:
+    # a sparse store adds liblinear's intercept entry to each row as it is read (no padding needed)
+    sparse = hasattr(data, "coordinate_bytes")
+    if params["fit_intercept"] and d >= m and not sparse:
         raise ValueError(f"The 'fit_intercept' parameter of {owner} must be False with the data on disk "
                          "(host_budget) unless its rows are padded (the dataset cache's sample-major copy): "
                          "the file holds no intercept column. Got True instead.")
@@ -264,7 +270,7 @@ def _classification_on_disk(model, data, y, row_stats, params, owner):
     sq = A.row_stats()[1] if row_stats is None else np.asarray(row_stats[1], dtype=np.float64) + (s or 0.0) ** 2
     theta = model.theta(params, 0.0)
     P0 = n * float(model.math.g_conj(theta, 0.0))  # the user's primal at w = 0: sum_i loss_i(0)
-    return Problem(name=model.name, A=A, b=np.zeros(m), c=1.0, mu=np.zeros(n), sqnorm=sq, theta=theta,
+    return Problem(name=model.name, A=A, b=np.zeros(A.shape[1]), c=1.0, mu=np.zeros(n), sqnorm=sq, theta=theta,
                    params=params, P0=P0, dual_form=True, n_samples=n, n_features=d,
                    info={"classes": classes, "fit_intercept": bool(params["fit_intercept"]),
                          "intercept_scaling": float(params["intercept_scaling"])})

@@ -215,7 +215,7 @@ def dense_row_stats(A):
         s = 0.0
         q = 0.0
         for k in range(A.shape[1]):
-            x = float(A[i, k])
+            x = np.float64(A[i, k])  # float() of a float32 stays float32 in Numba: its square would round
             s += x
             q += x * x
         sums[i] = s

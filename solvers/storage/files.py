@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["Request", "aligned_empty", "aligned_width", "fs_type", "open_direct", "preadv_all", "read_npy_header",
-           "release", "write_coordinate_major"]
+__all__ = ["AppendFile", "Request", "aligned_empty", "aligned_width", "fs_type", "fsync_dir", "open_direct",
+           "preadv_all", "read_npy_header", "release", "write_coordinate_major"]
 
 PAGE = mmap.PAGESIZE
 RAM_FILE_SYSTEMS = {"tmpfs", "ramfs", "hugetlbfs"}  # O_DIRECT "works" there, but the data is RAM
@@ -196,6 +196,99 @@ def write_coordinate_major(path, n_coords, length, blocks, dtype=np.float64, *, 
     finally:
         os.close(dirfd)
     return HEADER_BYTES + data_bytes
+
+
+def fsync_dir(path):
+    """Make a rename in the folder ``path`` survive a power cut."""
+    dirfd = os.open(os.fspath(path), os.O_RDONLY)
+    try:
+        os.fsync(dirfd)
+    finally:
+        os.close(dirfd)
+
+
+class AppendFile:
+    """A raw file written front to back, of a length not known in advance, past the page cache:
+    O_DIRECT writes of whole pages from an aligned staging buffer (buffered writes + fdatasync +
+    DONTNEED where O_DIRECT is refused or the file system is RAM). :meth:`close` pads the file
+    with zeros to a multiple of ``pad_to`` bytes (so that aligned reads of its last block stay
+    inside it) and returns its size. ``hasher`` (hashlib-like) gets every byte of the file,
+    padding included, in order: the checksum of the whole file. Written at ``path`` itself: the
+    caller names a temporary path and renames it once everything it writes is whole."""
+
+    def __init__(self, path, stage_bytes=STAGE_BYTES, hasher=None):
+        self.path, self.hasher = os.fspath(path), hasher
+        stage_bytes = max(PAGE, -(-int(stage_bytes) // PAGE) * PAGE)
+        self.direct = fs_type(os.path.dirname(os.path.abspath(self.path))) not in RAM_FILE_SYSTEMS
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+        try:
+            self._fd = os.open(self.path, flags | (os.O_DIRECT if self.direct else 0), 0o644)
+        except OSError:
+            self.direct, self._fd = False, os.open(self.path, flags, 0o644)
+        self._stage = aligned_empty((stage_bytes,), np.uint8)
+        self._fill, self._written = 0, 0  # bytes in the stage, bytes on disk (whole pages)
+
+    @property
+    def size(self) -> int:
+        """Bytes appended so far."""
+        return self._written + self._fill
+
+    def write(self, data):
+        """Append the bytes of ``data`` (a buffer, or an array: its raw bytes in C order)."""
+        b = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+        if self.hasher is not None:
+            self.hasher.update(b)
+        pos = 0
+        while pos < b.size:
+            take = min(self._stage.size - self._fill, b.size - pos)
+            self._stage[self._fill:self._fill + take] = b[pos:pos + take]
+            self._fill, pos = self._fill + take, pos + take
+            if self._fill == self._stage.size:
+                self._flush(self._fill)
+
+    def _flush(self, n):
+        """Write the stage's first ``n`` bytes (whole pages) at the end of the file."""
+        if os.pwrite(self._fd, memoryview(self._stage)[:n], self._written) != n:
+            raise OSError(f"short write to {self.path}")
+        if not self.direct:
+            os.fdatasync(self._fd)
+            os.posix_fadvise(self._fd, self._written, n, os.POSIX_FADV_DONTNEED)
+        self._written += n
+        self._fill = max(0, self._fill - n)
+        if self._fill:  # a partial page stays staged
+            self._stage[:self._fill] = self._stage[n:n + self._fill]
+
+    def close(self, pad_to=PAGE) -> int:
+        """Pad with zeros to a multiple of ``pad_to`` bytes, write out, fsync; the file's size."""
+        if self._fd is None:
+            return self._written
+        pad_to = int(pad_to)
+        total = -(-self.size // pad_to) * pad_to
+        zeros = total - self.size
+        while zeros:  # the padding: through the stage, so it is hashed and written like data
+            take = min(zeros, self._stage.size - self._fill)
+            self._stage[self._fill:self._fill + take] = 0
+            if self.hasher is not None:
+                self.hasher.update(self._stage[self._fill:self._fill + take])
+            self._fill += take
+            zeros -= take
+            if self._fill == self._stage.size:
+                self._flush(self._fill)
+        if self._fill:
+            self._flush(-(-self._fill // PAGE) * PAGE if self.direct else self._fill)
+        self._written = total
+        os.ftruncate(self._fd, total)  # O_DIRECT wrote whole pages past a size that is not one
+        os.fsync(self._fd)
+        os.posix_fadvise(self._fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(self._fd)
+        self._fd, self._written, self._fill = None, total, 0
+        return total
+
+    def abort(self):
+        """Close without finishing (the caller removes the file)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 # ------------------------------------------------------- the reader's requests ---

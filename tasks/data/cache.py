@@ -5,8 +5,9 @@ size and modification time; for a zarr store, of its files' names, sizes and tim
 a sweep over solver settings makes each dataset once, and concurrent jobs that
 race to make the same one each write to a private folder and keep the first.
 
-An entry ``<cache_dir>/<name>-<hash>/`` holds the maker's ``.npy`` files and a
-``meta.json`` that records, for each file, its size, its array shape and dtype,
+An entry ``<cache_dir>/<name>-<hash>/`` holds the maker's ``.npy`` files (or, for sparse
+data from files and click-like sets, a sparse store: solvers/storage/sparse_store.py, ``X_csr``
+and, once a model asks for columns, ``X_csc``) and a ``meta.json`` that records, for each file, its size, its array shape and dtype,
 and an xxHash (XXH3-128) of its bytes, computed right after writing. Reading
 checks sizes and shapes always (cheap: file metadata and .npy headers), and
 the checksums the first time the entry is read in a process (~4 GB/s: 0.04 s
@@ -18,14 +19,17 @@ free disk is refused before anything is written.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
 import logging
 import os
 import shutil
+import signal
 import socket
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, Dict, Optional
@@ -34,8 +38,11 @@ import numpy as np
 import scipy.sparse as sp
 import xxhash
 
+from solvers.storage.sparse_store import open_store, store_name
+
 from tasks.data.configs import Dataset, resolve_path, validate_data_config
 from tasks.data.errors import DataError
+from tasks.data.criteo import make_criteo, make_synthetic_criteo
 from tasks.data.libsvm import make_libsvm
 from tasks.data.makers import (ProgressFn, make_sklearn, make_sphere, make_synthetic_dense, make_synthetic_sparse,
                                planned_bytes)
@@ -53,10 +60,13 @@ MAKERS = {
     "synthetic_dense": make_synthetic_dense,
     "synthetic_sparse": make_synthetic_sparse,
     "libsvm": make_libsvm,
+    "criteo": make_criteo,
+    "synthetic_criteo": make_synthetic_criteo,
     "sklearn": make_sklearn,
     "npy": make_npy,
     "zarr": make_zarr,
 }
+BYTE_COUNTED = {"libsvm", "criteo"}  # makers whose progress is the bytes of their file read (the others: steps)
 META_VERSION = 2
 ADDED_LATER = {"n_groups": 1}  # fields hashed into the cache key only when not at this default
 _CHUNK = 1 << 26  # bytes hashed per read
@@ -76,7 +86,7 @@ def cache_key(cfg: Any, base_dir: Path = Path(".")) -> str:
 def _source_identity(c, base_dir: Path) -> Dict[str, Any]:
     """The files a dataset is made from: each one's path, size and modification time (hashed
     into the key, and kept in meta.json: an entry of an earlier version of the file is removed)."""
-    if c.name == "libsvm":
+    if c.name in ("libsvm", "criteo"):
         src = resolve_path(c.path, base_dir)
         stat = _stat_or_fail(src, c)
         return {"path": str(src), "source": [stat.st_size, stat.st_mtime_ns]}
@@ -99,10 +109,17 @@ def _stat_or_fail(path: Path, c) -> os.stat_result:
 
 
 def checksum(path: Path) -> str:
+    """XXH3-128 of the file, its pages dropped from the page cache as they are hashed (a check of a
+    dataset larger than RAM leaves the cache as it found it, and the disk cold for the arms)."""
     digest = xxhash.xxh3_128()
-    with open(path, "rb") as f:
+    with open(path, "rb", buffering=0) as f:
+        fd = f.fileno()
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
+        done = 0
         while chunk := f.read(_CHUNK):
             digest.update(chunk)
+            os.posix_fadvise(fd, done, len(chunk), os.POSIX_FADV_DONTNEED)
+            done += len(chunk)
     return digest.hexdigest()
 
 
@@ -203,7 +220,8 @@ def load_dataset(cfg: Any, cache_dir: Path, base_dir: Path = Path("."),
     tmp = Path(tempfile.mkdtemp(prefix=f"{folder.name}.tmp-{socket.gethostname()}-{os.getpid()}-",
                                 dir=cache_dir))
     try:
-        known = MAKERS[c.name](c, tmp, base_dir, progress or (lambda done, total: None))
+        with _cleanup_on_sigterm():
+            known = MAKERS[c.name](c, tmp, base_dir, progress or (lambda done, total: None))
         identity = _source_identity(c, base_dir)
         seal(tmp, {**dataclasses.asdict(c), **identity}, known)
         try:
@@ -217,6 +235,26 @@ def load_dataset(cfg: Any, cache_dir: Path, base_dir: Path = Path("."),
     if identity:
         _remove_superseded(cache_dir, folder, identity)
     return read_cached(folder)
+
+
+@contextlib.contextmanager
+def _cleanup_on_sigterm():
+    """While data are made: SIGTERM (a kill, a job scheduler's stop) raises SystemExit, so the
+    temporary folder is removed on the way out (SIGKILL cannot be caught: the next run removes
+    what it left). Only in the main thread, and only over Python's default handling."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+
+    def stop(signum, frame):
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def seal(folder: Path, config: Dict[str, Any], known: Optional[Dict[str, str]] = None) -> None:
@@ -278,12 +316,19 @@ def read_cached(folder: Path) -> Dataset:
     def load(name: str) -> np.ndarray:
         return np.load(folder / name, mmap_mode="r")
 
+    store = None
     if (folder / "X.npy").exists():
         X = load("X.npy")
+    elif (folder / f"{store_name('csr')}.json").exists():  # a sparse store: X memory-mapped from it
+        try:
+            store = open_store(folder, store_name("csr"))
+        except (OSError, ValueError) as error:
+            raise DataError(f"dataset cache entry {folder.name} is damaged: {error}.") from None
+        X = store.matrix()
     else:
         shape = tuple(json.loads((folder / "shape.json").read_text()))
         X = sp.csr_matrix((load("X_data.npy"), load("X_indices.npy"), load("X_indptr.npy")),
                           shape=shape, copy=False)
     coef = load("coef.npy") if (folder / "coef.npy").exists() else None
     return Dataset(X=X, y=load("y.npy"), coef=coef, path=folder,
-                   verified="checksum" if with_checksums else "size and shape", verify_s=verify_s)
+                   verified="checksum" if with_checksums else "size and shape", verify_s=verify_s, store=store)

@@ -74,6 +74,38 @@ class LibsvmData:
 
 
 @dataclass
+class CriteoData:
+    """Click logs in Criteo's layout: tab-separated lines of a 0/1 label, 13 integer and 26
+    categorical fields (empty: missing), plain or gzip / bz2 / xz; hashed into 2^hash_bits
+    binary features (tasks/data/criteo.py documents the hash). Relative paths start at the
+    project root."""
+
+    name: str = "criteo"
+    path: str = "../shared/datasets/criteo_sample.tsv"
+    hash_bits: int = ruled(20, Integer(1, 31))  # n_features = 2^hash_bits
+    max_samples: Optional[int] = ruled(None, Either(None, Integer(1)))  # the first rows only
+
+
+@dataclass
+class SyntheticCriteoData:
+    """Click-like data made straight into the sparse store: ``nnz_per_row`` fields a row, each a
+    binary feature of its own vocabulary drawn with power-law frequencies (r^-zipf by rank),
+    ``missing`` the chance a field is empty; labels 0/1 from a sparse logistic model
+    (``n_informative`` weights, ``base_rate`` the click rate at a zero margin). 2^hash_bits
+    features; about n_samples * nnz_per_row * 4 bytes on disk (tasks/data/criteo.py)."""
+
+    name: str = "synthetic_criteo"
+    n_samples: int = ruled(100000, Integer(1))
+    hash_bits: int = ruled(20, Integer(6, 31))
+    nnz_per_row: int = ruled(40, Integer(1, 64))
+    zipf: float = ruled(1.1, Real(0, None, "neither"))
+    missing: float = ruled(0.05, Real(0, 1, "left"))
+    n_informative: int = ruled(1000, Integer(1))
+    base_rate: float = ruled(0.25, Real(0, 1, "neither"))
+    seed: int = ruled(0, Integer(0))
+
+
+@dataclass
 class SklearnData:
     """One of scikit-learn's shipped datasets (no download)."""
 
@@ -129,8 +161,8 @@ class ZarrData:
     positive_class: Optional[float] = ruled(None, POSITIVE_CLASS)  # multiclass targets: this class vs the rest
 
 
-DATA_CONFIGS = {c.name: c for c in (SyntheticDenseData, SyntheticSparseData, LibsvmData, SklearnData, SphereData,
-                                    NpyData, ZarrData)}
+DATA_CONFIGS = {c.name: c for c in (SyntheticDenseData, SyntheticSparseData, LibsvmData, CriteoData,
+                                    SyntheticCriteoData, SklearnData, SphereData, NpyData, ZarrData)}
 
 
 @dataclass
@@ -141,6 +173,7 @@ class Dataset:
     path: Path  # the cache folder
     verified: str = ""  # how the cache entry was checked when read ("size and shape", "checksum")
     verify_s: float = 0.0  # seconds the check took
+    store: Any = None  # the entry's sparse store (solvers.storage.sparse_store.SparseStore), if it has one
 
     @property
     def shape(self) -> tuple:
@@ -148,6 +181,8 @@ class Dataset:
 
     @property
     def nbytes(self) -> int:
+        if self.store is not None:
+            return self.store.nbytes + self.store.indptr.nbytes
         if sp.issparse(self.X):
             return self.X.data.nbytes + self.X.indices.nbytes + self.X.indptr.nbytes
         return self.X.nbytes
@@ -164,7 +199,13 @@ def validate_data_config(cfg: Any) -> Any:
     if unknown:
         raise ValueError(f"Unknown key(s) {unknown} for data '{kind}'. Known: {sorted(fields)}.")
     c = check_fields(f"data '{kind}'", DATA_CONFIGS[kind](**cfg))
-    if hasattr(c, "n_informative") and c.n_informative > c.n_features:
+    if kind == "synthetic_criteo" and c.n_informative > (1 << c.hash_bits):
+        raise ValueError(f"The 'n_informative' parameter of data '{kind}' must be an int <= 2^hash_bits "
+                         f"({1 << c.hash_bits}). Got {c.n_informative} instead.")
+    if kind == "synthetic_criteo" and c.nnz_per_row > (1 << c.hash_bits):
+        raise ValueError(f"The 'nnz_per_row' parameter of data '{kind}' must be an int <= 2^hash_bits "
+                         f"({1 << c.hash_bits}). Got {c.nnz_per_row} instead.")
+    if hasattr(c, "n_informative") and hasattr(c, "n_features") and c.n_informative > c.n_features:
         raise ValueError(f"The 'n_informative' parameter of data '{kind}' must be an int <= n_features "
                          f"({c.n_features}). Got {c.n_informative} instead.")
     if getattr(c, "n_groups", 1) > 1 and (c.correlation_kind != "equicorrelated" or c.n_groups > c.n_features):

@@ -68,3 +68,17 @@ def test_random_state_is_never_zero_and_seeds_differ():
     cpu.shuffle(a, cpu.random_state(1))
     cpu.shuffle(b, cpu.random_state(2))
     assert not np.array_equal(a, b)
+
+
+def test_dense_row_stats_square_float32_in_float64():
+    """Sums and squares of float32 rows in float64 (Numba's float() of a float32 stays float32:
+    its squares rounded to float32, 3e-7 off on three values). Oracle: NumPy in float64."""
+    import numpy as np
+
+    from solvers.kernels.cpu import dense_row_stats
+
+    A = np.random.default_rng(0).standard_normal((5, 300)).astype(np.float32)
+    sums, sq = dense_row_stats(A)
+    exact = A.astype(np.float64)
+    np.testing.assert_allclose(sums, exact.sum(axis=1), rtol=1e-13)
+    np.testing.assert_allclose(sq, (exact * exact).sum(axis=1), rtol=1e-13)
