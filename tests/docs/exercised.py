@@ -60,7 +60,7 @@ EXERCISED = {
     'make experiment ARGS="device=cuda_sim data.n_samples=40 data.n_features=20 data.n_informative=4 '
     'experiment.target_rel_gap=1e-3"': "tests/solvers/duhl/test_cuda_sim_oracle.py::test_duhl_on_cuda_sim_reaches_the_oracle_optimum",
     "make test-gpu": "tests/solvers/duhl/test_gpu.py::test_cuda_reaches_the_oracle_objective",  # marker gpu
-    "make bench-gpu QUICK=1": "tests/pipelines/test_bench_gpu.py::test_bench_gpu_runs_end_to_end_on_the_simulator",
+    "make bench-gpu QUICK=1": "tests/benchmarks/test_bench_gpu.py::test_bench_gpu_runs_end_to_end_on_the_simulator",
     # user guide: data larger than RAM
     "make out-of-core": f"{OUT_OF_CORE}::test_arms_read_from_disk_count_every_byte_and_reach_scikit_learns_objective",
     'make out-of-core ARGS="device.host_budget=0.1"':
@@ -107,6 +107,6 @@ EXERCISED = {
     ".venv/bin/python -m pipelines.experiment -m hydra/launcher=joblib hydra.launcher.n_jobs=2 model=lasso,ridge":
         "tests/pipelines/test_config_compose.py::test_joblib_launcher_is_available_for_parallel_sweeps",
     # benchmarks
-    "make bench QUICK=1": "tests/pipelines/test_bench.py::test_quick_suite_lists_every_required_problem",
-    "make bench": "tests/pipelines/test_bench.py::test_rows_summary_table_and_plot",
+    "make bench QUICK=1": "tests/benchmarks/test_peers_bench.py::test_quick_suite_lists_every_required_problem",
+    "make bench": "tests/benchmarks/test_peers_bench.py::test_rows_summary_table_and_plot",
 }
