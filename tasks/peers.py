@@ -297,7 +297,7 @@ def _vw_fit(problem, cache, knob, method, vw_args=""):
     """A fit of ``knob`` passes over the cache; returns w (contraction applied, see VowpalWabbitPeer)."""
     import vowpalwabbit
 
-    if problem.name not in VW_LOSSES or (problem.name == "svm" and not _hinge(problem)):
+    if problem.name not in VW_LOSSES or (problem.name == "svm" and not is_hinge(problem)):
         raise PeerUnsupported("Vowpal Wabbit's arm here is logistic regression or the hinge-loss SVM "
                               f"(VW has no squared hinge or {problem.name} with our objective)")
     args = (f"--cache_file {cache.path} -b {cache.bits} --noconstant --holdout_off --quiet "
@@ -497,7 +497,7 @@ class VowpalWabbitPeer(Peer):
         if reason:
             raise ImportError(reason)
         _, _, build, method, schedule = PEERS[self.library]
-        if problem.name not in VW_LOSSES or (problem.name == "svm" and not _hinge(problem)):
+        if problem.name not in VW_LOSSES or (problem.name == "svm" and not is_hinge(problem)):
             raise PeerUnsupported("Vowpal Wabbit's arm here is logistic regression or the hinge-loss SVM "
                                   f"(VW has no squared hinge, nor {problem.name} with our objective)")
         key = id(problem)
