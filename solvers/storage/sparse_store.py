@@ -278,7 +278,9 @@ class SparseStoreWriter:
         one does not; or int32 / int64.
     stage_bytes : each file's staging buffer (the writer's RAM: about three of them).
 
-    Use as a context manager: leaving it on an exception removes every file written.
+    Notes
+    -----
+    As a context manager, leaving it on an exception removes every file written.
     """
 
     def __init__(self, folder, name, layout="csr", length=None, dtype=np.float64, binary=None, index_dtype=None,
@@ -312,6 +314,7 @@ class SparseStoreWriter:
         self._tag = f"tmp-{os.getpid()}"
         self._hashers = {}
         self._files = {}
+        self.folder.mkdir(parents=True, exist_ok=True)
         self._open("indptr")
         self._files["indptr"].write(np.zeros(1, np.int64))
         self._open("indices")

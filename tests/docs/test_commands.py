@@ -16,6 +16,7 @@ import re
 import shlex
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -76,13 +77,25 @@ def _modules(line):
             if words[i] == "-m" and PYTHON_WORDS.search(words[i - 1])]
 
 
+def _venv_programs(line):
+    """The virtual environment's programs a recipe line runs (``.venv/bin/mkdocs``: a tool a Python
+    package installs)."""
+    return [Path(word).name for word in shlex.split(line) if re.search(r"(^|/)\.venv/bin/[\w.-]+$", word)
+            and not PYTHON_WORDS.search(word)]
+
+
 @pytest.mark.parametrize("command", MAKE)
 def test_shown_make_commands_resolve(command, monkeypatch):
+    """Every shown make command runs something that exists: a Python module, or a program the
+    project's packages install in the virtual environment."""
     monkeypatch.syspath_prepend(str(ROOT))  # recipes run from the project root (a top-level benchmarks/, too)
-    modules = [m for line in dry_run(command) for m in _modules(line)]
-    assert modules, f"{command!r} runs no python module"
+    lines = dry_run(command)
+    modules = [m for line in lines for m in _modules(line)]
+    programs = [p for line in lines for p in _venv_programs(line)]
+    assert modules or programs, f"{command!r} runs no python module and no program of the virtual environment"
     missing = [m for m in modules if importlib.util.find_spec(m) is None]
-    assert missing == [], f"{command!r} runs modules that do not exist: {missing}"
+    missing += [p for p in programs if not (Path(sys.executable).parent / p).exists()]
+    assert missing == [], f"{command!r} runs modules or programs that do not exist: {missing}"
 
 
 def test_make_test_runs_pytest_without_the_excluded_markers():
