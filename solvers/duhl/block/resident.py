@@ -18,15 +18,15 @@ from solvers.kernels import cpu
 
 
 def _in_order(coords):
-    """``coords`` in increasing order: as given when they are (a block usually is: a check costs
-    ~5 us for 5,000 coordinates, np.sort ~110 us here, sorted or not)."""
+    """``coords`` in increasing order: as given when they are (a block usually is, and the check
+    costs a small part of a sort)."""
     coords = np.asarray(coords, dtype=np.int64)
     return coords if coords.shape[0] < 2 or bool((coords[1:] > coords[:-1]).all()) else np.sort(coords)
 
 
 def _members(values, of, n):
-    """np.isin(values, of) for coordinates in [0, n), by a mask (np.isin sorts or hashes: ~30 us a
-    call here however few the values, a tenth of w8a's Lasso round at memory_budget 0.05)."""
+    """np.isin(values, of) for coordinates in [0, n), by a mask (np.isin sorts or hashes, however few
+    the values)."""
     mask = np.zeros(n, dtype=bool)
     mask[of] = True
     return mask[values]

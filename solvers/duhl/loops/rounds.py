@@ -7,7 +7,7 @@ import numpy as np
 # passes over the visited coordinates, at most this many.
 MAX_PASSES_PER_ROUND = 16
 # local_epochs "auto" with part of the data resident in RAM: a block solved further takes fewer
-# rounds (docs: design decisions, "Two epochs a round"); on disk one, since a round's reads dominate
+# rounds (docs/explanation/design-decisions/in-memory.md); on disk one, since a round's reads dominate
 AUTO_EPOCHS = 2
 
 
@@ -29,7 +29,7 @@ def refresh_first(device, problem):
     beside the round's epochs (the selection seeing gaps a round old): on the CPU with the data in RAM,
     where nothing runs beside the host, for the Lasso family (a block re-chosen from gaps a round old
     is often the one just solved); not for the classifiers in the dual, whose rounds took more epochs
-    so (docs: design decisions, "The refresh before the selection")."""
+    so (docs/explanation/design-decisions/round-loop.md)."""
     return device == "cpu" and not problem.on_disk and not problem.dual_form
 
 

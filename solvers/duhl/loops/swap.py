@@ -48,7 +48,7 @@ from solvers.kernels.layouts import epoch, gaps_of, is_csr
 POLICIES = {"gap": 0, "sequential": 1, "random": 2}
 GAP, SEQUENTIAL, RANDOM = 0, 1, 2
 # proofs run ("auto") when their dual step's reads of u (three a round) are at most this share of
-# the stale data they may spare a round (docs: design decisions, "When the proofs pay")
+# the stale data they may spare a round (docs/explanation/design-decisions/round-loop.md)
 PROOF_SHARE = 0.1
 # what the memory knows at a round's start: no gap yet (row 0 comes first), every gap (after row 0),
 # or the last block's gaps only (the others stale)
