@@ -18,7 +18,16 @@ def parse_budget(memory_budget, total_bytes):
 
 def unit_bytes(A):
     """Bytes of a resident set's unit of memory: a sparse entry (value and index), a dense row."""
-    return A.data.itemsize + A.indices.itemsize if sp.issparse(A) else A.shape[1] * A.itemsize
+    if sp.issparse(A):
+        return A.data.itemsize + A.indices.itemsize
+    if is_sparse_on_disk(A):
+        return A.store.index_dtype.itemsize + A.dtype.itemsize
+    return A.shape[1] * A.itemsize
+
+
+def is_sparse_on_disk(A):
+    """Whether A is a sparse store on disk (solvers.storage.sparse_on_disk.SparseOnDisk)."""
+    return getattr(A, "on_disk", False) and hasattr(A, "read_block")
 
 
 def split_budget(problem, budget, prefetch):

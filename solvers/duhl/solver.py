@@ -35,7 +35,7 @@ import time
 import numpy as np
 
 from solvers.duhl.block.resident import make_resident_set
-from solvers.duhl.budget import parse_budget, split_budget
+from solvers.duhl.budget import is_sparse_on_disk, parse_budget, split_budget
 from solvers.duhl.loops.python import solve_python
 from solvers.duhl.loops.resident import solve_resident
 from solvers.duhl.loops.rounds import MAX_PASSES_PER_ROUND
@@ -212,6 +212,8 @@ class DuHL:
                              "'cuda_sim' (the CPU computes gaps with its own kernels). Got device='cpu'.")
 
     def _prefetch_share(self, problem):
+        if is_sparse_on_disk(problem.A):  # its block reads the joined rows at the swap (no staging)
+            return 0.0
         if self.prefetch == "auto":  # a copy overlaps compute on a GPU, a disk read anywhere
             return 0.2 if self.device in ("cuda", "cuda_sim") or problem.on_disk else 0.0
         return float(self.prefetch)
@@ -234,7 +236,7 @@ class DuHL:
         largest = int(coord_bytes.max())
         if budget < largest:
             raise ValueError(f"The '{name}' parameter of {self.owner} ({value!r} = {budget + reserved} "
-                             f"bytes{f', {reserved} for read buffers' if reserved else ''}) is below one "
+                             f"bytes{f', {reserved} for read buffers and indexes' if reserved else ''}) is below one "
                              f"coordinate's data ({largest} bytes).")
         block = split_budget(problem, budget, self._prefetch_share(problem))[0]
         if block < largest:
@@ -246,7 +248,8 @@ class DuHL:
     def _ram_tier(self, problem):
         """Data on disk: (the problem, the block's budget). Loaded into RAM when host_budget
         holds it all (or is None and it fits); else the block is the RAM tier."""
-        total = problem.A.nbytes
+        sparse = is_sparse_on_disk(problem.A)
+        total = int(problem.coord_bytes.sum()) if sparse else problem.A.nbytes  # the data's bytes in RAM
         budget = parse_budget(self.host_budget, total)
         if budget is None or budget >= total:
             free = available_ram()
@@ -257,12 +260,23 @@ class DuHL:
             self._notes.append(f"host_budget {self.host_budget!r} holds all {total} bytes of data: "
                                "read into RAM once")
             return problem.in_memory(), self._budget_bytes(problem)
+        if self.device != "cpu" and sparse:
+            raise ValueError(f"{self.owner}: sparse data on disk (a sparse store) trains on device='cpu' for now. "
+                             f"Got device={self.device!r}.")
         if self.device != "cpu":
             return self._gpu_under_ram_tier(problem, budget)
         if self.memory_budget is not None:
             raise ValueError(f"{self.owner}: with the data on disk and device='cpu' the block is the RAM "
                              f"tier, sized by 'host_budget'; leave 'memory_budget' None "
                              f"(got {self.memory_budget!r}).")
+        if sparse:  # RAM for data: the block, two read buffers (gaps, the block's reads), indptr, the signs
+            A = problem.A
+            buffer = max(1 << 13, min(DEFAULT_BUFFER_BYTES, budget // 8) >> 12 << 12)  # whole 4 KB blocks
+            A.buffer_bytes = buffer
+            fixed = 2 * buffer + A.store.indptr.nbytes + (0 if A.scale is None else A.scale.nbytes)
+            if self.prefetch not in ("auto", 0, 0.0):
+                self._notes.append("prefetch: a sparse store's block reads its rows at the swap (no staging): ignored")
+            return problem, self._budget_bytes(problem, "host_budget", reserved=fixed)
         row = problem.A.shape[1] * problem.A.itemsize
         buffer = max(2 * row, min(DEFAULT_BUFFER_BYTES, budget // 8) // row * row)
         problem.A.buffer_bytes = buffer

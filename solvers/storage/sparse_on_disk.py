@@ -107,6 +107,18 @@ class SparseBlock:
         self._coords = np.empty(self.max_rows, np.int64)
         self.n_rows, self.nnz = 0, 0
 
+    @classmethod
+    def over(cls, indices, data, max_rows):
+        """A block whose entries go into the caller's arrays ``indices`` and ``data`` (views of a
+        larger buffer: a resident block reads its new rows straight into its tail)."""
+        block = cls.__new__(cls)
+        block.max_rows, block.max_nnz = int(max_rows), int(min(indices.shape[0], data.shape[0]))
+        block._indptr = np.zeros(block.max_rows + 1, np.int64)
+        block._indices, block._data = indices, data
+        block._coords = np.empty(block.max_rows, np.int64)
+        block.n_rows, block.nnz = 0, 0
+        return block
+
     @property
     def nbytes(self) -> int:
         return sum(a.nbytes for a in (self._indptr, self._indices, self._data, self._coords))

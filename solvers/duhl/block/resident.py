@@ -11,10 +11,14 @@ import warnings
 import numpy as np
 import scipy.sparse as sp
 
-from solvers.duhl.budget import split_budget, unit_bytes
+import types
+
 from solvers.duhl.block.devices import free_device_bytes, make_device
-from solvers.storage.reader import aligned_empty
+from solvers.duhl.budget import is_sparse_on_disk, split_budget, unit_bytes
 from solvers.kernels import cpu
+from solvers.kernels.cache import compiled
+from solvers.storage.reader import aligned_empty
+from solvers.storage.sparse_on_disk import SparseBlock
 
 
 def _in_order(coords):
@@ -380,6 +384,66 @@ class SparseResidentSet(ResidentSet):
                                                  self.problem))
 
 
+@compiled
+def _compact_rows(indptr, indices, data, keep, out_indptr):
+    """The CSR rows with ``keep`` set moved to the front in their order, in place (a row never
+    moves right); their row pointers into ``out_indptr``. Returns (rows kept, entries kept)."""
+    rows, fill = 0, 0
+    out_indptr[0] = 0
+    for r in range(keep.shape[0]):
+        lo, hi = indptr[r], indptr[r + 1]
+        if not keep[r]:
+            continue
+        if fill < lo:
+            for e in range(lo, hi):
+                indices[fill + e - lo] = indices[e]
+                data[fill + e - lo] = data[e]
+        fill += hi - lo
+        rows += 1
+        out_indptr[rows] = fill
+    return rows, fill
+
+
+class DiskSparseResidentSet(SparseResidentSet):
+    """The CPU's block of a sparse store on disk (solvers.storage.sparse_on_disk): a CSR buffer in
+    RAM of fixed capacity in entries. A swap moves the rows that stay forward in place, in their
+    order, and reads the joined ones from disk straight into the tail, so RAM holds the block once
+    (a GPU's sparse block keeps a spare copy to compact into). No staging: a read cannot overlap
+    the epochs on the CPU's two cores without slowing them."""
+
+    def __init__(self, problem, capacity_nnz, device):
+        ResidentSet.__init__(self)
+        self.problem, self.device = problem, device
+        A = problem.A
+        cap = int(min(int(capacity_nnz), A.nnz))
+        self.whole, self.zero_copy = cap >= A.nnz, False
+        self.rows = types.SimpleNamespace(coords=np.empty(0, np.int64), indptr=np.zeros(1, np.int64),
+                                          indices=np.empty(cap, A.store.index_dtype), data=np.empty(cap, A.dtype))
+        self.stage = None
+        self._indptr_dev = self.rows.indptr
+        self._cached = (None, None)
+        self.capacity_bytes = cap * unit_bytes(A)
+        self.staging_bytes = 0
+
+    def assign(self, coords):
+        coords = _in_order(coords)
+        n, rows = self.problem.n_coords, self.rows
+        keep = _members(rows.coords, coords, n)
+        joined = coords[~_members(coords, rows.coords, n)]
+        kept_ptr = np.empty(keep.shape[0] + 1, np.int64)
+        kept, fill = _compact_rows(rows.indptr, rows.indices, rows.data, keep, kept_ptr)
+        block = self.problem.A.read_block(joined, SparseBlock.over(rows.indices[fill:], rows.data[fill:],
+                                                                   joined.shape[0]))
+        rows.indptr = np.concatenate([kept_ptr[: kept + 1], fill + block.indptr[1:]])
+        rows.coords = np.concatenate([rows.coords[keep], joined])
+        self._indptr_dev = rows.indptr
+        self.device.bytes_h2d += int(self.problem.coord_bytes[joined].sum())
+        return int(joined.shape[0])
+
+    def prefetch(self, coords):
+        return 0
+
+
 def make_resident_set(problem, budget_bytes, device="cpu", prefetch=0.0, gap_kernel="tpa", concurrency="auto"):
     """The device's resident set of a problem for a budget in bytes (None: all data), of which a
     ``prefetch`` share is staging memory for coordinates copied ahead of their swap (none when the
@@ -387,6 +451,8 @@ def make_resident_set(problem, budget_bytes, device="cpu", prefetch=0.0, gap_ker
     block per coordinate; "blas": one cuBLAS matrix-vector product, then a thread per coordinate);
     ``concurrency`` caps the coordinates a GPU epoch updates at once ("auto": sqrt of the epoch's)."""
     dev = make_device(problem, device, gap_kernel, concurrency)
+    if is_sparse_on_disk(problem.A):  # the block in RAM, read from the store (the solver sized it)
+        return DiskSparseResidentSet(problem, int(budget_bytes) // unit_bytes(problem.A), dev)
     total = int(problem.coord_bytes.sum())
     budget = total if budget_bytes is None else min(int(budget_bytes), total)
     free = free_device_bytes(device)

@@ -1,0 +1,97 @@
+"""DuHL from a sparse store on disk (solvers.storage.sparse_store, SparseOnDisk): every model, the
+Lasso family on CSC columns and the classifiers in the dual on CSR rows, binary and valued data,
+int32 and int64 indices, a host_budget of a quarter of the data (the block in RAM, read at each
+swap), a store larger than the reader's buffer.
+
+Oracles: scikit-learn's optimum (coordinate descent at tol 1e-13, liblinear and scipy in
+tests.solvers.glm_oracles) with the certificate's bound P - P* <= gap; /proc/self/io for the bytes
+read."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from solvers.duhl import DuHL
+from solvers.glm.problems import make_problem_on_disk
+from solvers.storage.sparse_on_disk import SparseOnDisk
+from solvers.storage.sparse_store import write_sparse_store
+from tests.solvers import glm_oracles as oracles
+from tests.solvers.storage.test_reader import os_read_bytes
+
+REGRESSION = {"lasso": ("lasso", {}), "enet": ("elastic_net", {"l1_ratio": 0.5}), "ridge": ("ridge", {})}
+CLASSIFICATION = {"hinge": ("svm", {"loss": "hinge"}), "sqhinge": ("svm", {"loss": "squared_hinge"}),
+                  "logistic": ("logistic", {})}
+
+
+def data(binary, seed=0, n=3000, d=200):
+    rng = np.random.default_rng(seed)
+    X = sp.random(n, d, density=0.05, format="csr", random_state=rng)
+    if binary:
+        X.data[:] = 1.0
+    else:
+        X.data = rng.standard_normal(X.data.size)
+    w = np.zeros(d)
+    w[:6] = rng.standard_normal(6) * 2
+    y = X @ w + 0.05 * rng.standard_normal(n)
+    return X, y
+
+
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("binary", [True, False], ids=["binary", "valued"])
+@pytest.mark.parametrize("model", list(REGRESSION))
+def test_regression_from_csc_columns_reaches_scikit_learns_optimum(tmp_path, model, binary, index_dtype):
+    X, y = data(binary)
+    store = write_sparse_store(tmp_path, X.tocsc(), layout="csc", index_dtype=index_dtype)
+    name, extra = REGRESSION[model]
+    alpha = (1.0 if model == "ridge" else 0.05) * float(np.abs(X.T @ (y - y.mean())).max()) / X.shape[0]
+    params = {"alpha": alpha, **extra}
+    problem = make_problem_on_disk(name, SparseOnDisk(store), y, **params)
+    res = DuHL(host_budget=0.25, tol=1e-9, random_state=0, max_epochs=5000).solve(problem)
+    assert res.status == "converged" and res.trace.certified.iloc[-1] == 1
+    assert res.trace.n_resident.max() < problem.n_coords  # part of the data resident
+    best = oracles.regression_oracle(model, X, y, params)
+    P = oracles.primal(model, X, y, res.a, oracles.regression_intercept(X, y, res.a), params)
+    assert P - best["P"] <= res.gap + 1e-10 * problem.P0
+    assert best["P"] - P <= 1e-10 * problem.P0
+
+
+@pytest.mark.parametrize("binary", [True, False], ids=["binary", "valued"])
+@pytest.mark.parametrize("model", list(CLASSIFICATION))
+def test_classifiers_from_csr_rows_reach_the_oracles_optimum(tmp_path, model, binary):
+    X, y = data(binary, seed=1)
+    labels = (y > np.median(y)).astype(np.float64)
+    store = write_sparse_store(tmp_path, X, layout="csr")
+    name, extra = CLASSIFICATION[model]
+    params = {"C": 0.1, "fit_intercept": False, **extra}
+    problem = make_problem_on_disk(name, SparseOnDisk(store), labels, **params)
+    res = DuHL(host_budget=0.25, tol=1e-9, random_state=0, max_epochs=5000).solve(problem)
+    assert res.status == "converged" and res.trace.certified.iloc[-1] == 1
+    assert res.trace.n_resident.max() < problem.n_coords
+    best = oracles.classification_oracle(model, X, labels, params, scaling=None)
+    w = X.T @ (res.a * oracles.signs(labels))
+    P = oracles.primal(model, X, labels, w, 0.0, params, None)
+    assert P - best["P"] <= res.gap + 1e-9 * problem.P0
+    assert best["P"] - P <= 1e-8 * problem.P0
+
+
+def test_a_store_larger_than_the_buffer_and_bytes_as_the_os_counts_them(tmp_path):
+    """A store of ~4 MB read through 64 KB buffers (the smallest host_budget gives): every byte the
+    trace says was read from disk is a byte the OS read for this process (O_DIRECT: no page
+    cache), and the Lasso reaches the optimum."""
+    rng = np.random.default_rng(3)
+    X = sp.random(20000, 400, density=0.05, format="csc", random_state=rng)
+    X.data = rng.standard_normal(X.data.size)
+    y = X @ np.where(rng.random(400) < 0.05, 1.0, 0.0) + 0.01 * rng.standard_normal(20000)
+    store = write_sparse_store(tmp_path, X, layout="csc")
+    alpha = 0.05 * float(np.abs(X.T @ y).max()) / X.shape[0]
+    problem = make_problem_on_disk("lasso", SparseOnDisk(store), y, alpha=alpha, fit_intercept=False)
+    before, counted = os_read_bytes(), problem.A.bytes_read  # (the problem's row stats: one pass)
+    res = DuHL(host_budget=0.25, tol=1e-8, random_state=0, max_epochs=5000).solve(problem)
+    read = os_read_bytes() - before
+    assert res.status == "converged" and problem.A.buffer_bytes < store.nbytes
+    disk = int(res.trace.bytes_disk.iloc[-1]) - counted  # the trace counts the reader's bytes since it opened
+    if problem.A.matrix.direct:  # O_DIRECT: the OS's count is the reader's
+        assert disk == read, (disk, read)
+    best = oracles.regression_oracle("lasso", X, y, {"alpha": alpha}, center=False)
+    P = oracles.primal("lasso", X, y, res.a, 0.0, {"alpha": alpha})
+    assert P - best["P"] <= res.gap + 1e-10 * problem.P0
