@@ -23,6 +23,12 @@ is an in-memory array, as in scikit-learn. ``history_`` then has ``bytes_disk`` 
 ``disk_s``, the bytes read from disk and the seconds spent reading them. ``predict``,
 ``decision_function`` and ``score`` take such a path or memory map too (either order), read a
 64 MB buffer at a time past the page cache (:func:`solvers.storage.on_disk.linear_scores`).
+
+**Sparse data on disk**: ``fit(store, y)`` with ``store`` a sparse store
+(:func:`solvers.storage.sparse_store.open_store`, or what ``tasks.data.libsvm.convert_libsvm``
+makes of a LIBSVM file) and a ``host_budget`` trains from it the same way: the classifiers read
+its rows (a CSR store), the Lasso family its columns (a CSC store, written once beside a CSR one
+by an external transpose). ``predict`` and ``decision_function`` take a store too.
 """
 
 import mmap
@@ -37,10 +43,13 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
-from solvers.storage.reader import DiskMatrix
+from solvers.duhl.solver import DuHL
 from solvers.storage.files import read_npy_header
 from solvers.storage.on_disk import OnDisk, linear_scores
-from solvers.duhl.solver import DuHL
+from solvers.storage.reader import DiskMatrix
+from solvers.storage.sparse_on_disk import SparseOnDisk
+from solvers.storage.sparse_store import SparseStore
+from solvers.storage.sparse_transpose import transpose_store
 from solvers.glm.checks import check_params
 from solvers.glm.problems import make_problem, make_problem_on_disk
 
@@ -72,8 +81,19 @@ class _DuHLEstimator(BaseEstimator):
 
     def _on_disk(self, X):
         """The .npy that X is, with a host_budget (or X a path): its DiskMatrix, after the
-        checks; None for data in RAM (a memory map with host_budget None included)."""
+        checks; a sparse store (solvers.storage.sparse_store), in the layout the model reads; None
+        for data in RAM (a memory map with host_budget None included)."""
         name = type(self).__name__
+        if isinstance(X, SparseOnDisk):
+            X = X.store
+        if isinstance(X, SparseStore):
+            check_params(name, host_budget=self.host_budget)
+            need = "csr" if isinstance(self, _Classifier) else "csc"  # samples, or features, as coordinates
+            store = X if X.layout == need else transpose_store(X)  # written beside it, once
+            self.n_features_in_ = X.shape[1]
+            if hasattr(self, "feature_names_in_"):
+                del self.feature_names_in_
+            return store
         if isinstance(X, (str, os.PathLike)):
             path, given = os.fspath(X), f"the path {os.fspath(X)!r}"
         elif isinstance(X, np.memmap) and self.host_budget is not None:
@@ -119,6 +139,22 @@ class _DuHLEstimator(BaseEstimator):
         """X @ coef.T + intercept; X in RAM, or an .npy on disk (its path, or a memory map of the
         whole file) read a buffer at a time past the page cache, never whole in RAM."""
         check_is_fitted(self)
+        if isinstance(X, SparseOnDisk):
+            X = X.store
+        if isinstance(X, SparseStore):  # rows (csr: X's) or columns (csc) read a buffer at a time
+            if X.shape[1] != self.n_features_in_:
+                raise ValueError(f"X has {X.shape[1]} features, but {type(self).__name__} is expecting "
+                                 f"{self.n_features_in_} features as input.")
+            coef = np.atleast_2d(coef)
+            with_data = SparseOnDisk(X)
+            try:
+                if X.layout == "csr":
+                    scores = np.column_stack([with_data @ np.asarray(c, dtype=np.float64) for c in coef])
+                else:
+                    scores = np.column_stack([with_data.dot_t(np.asarray(c, dtype=np.float64)) for c in coef])
+            finally:
+                with_data.close()
+            return scores + intercept
         path = (os.fspath(X) if isinstance(X, (str, os.PathLike)) else
                 X.filename if isinstance(X, np.memmap) and isinstance(X.base, mmap.mmap) else None)
         disk = None
@@ -152,8 +188,20 @@ class _DuHLEstimator(BaseEstimator):
         return y
 
     def _solve(self, X, y, label=""):
-        """Solve the problem on (X, y); X in RAM or a DiskMatrix (a fresh reader per problem)."""
-        if isinstance(X, DiskMatrix):
+        """Solve the problem on (X, y); X in RAM, a DiskMatrix or a sparse store (a fresh reader per
+        problem)."""
+        if isinstance(X, SparseStore):
+            data = SparseOnDisk(X)
+            try:
+                problem = make_problem_on_disk(self._model, data, y, owner=type(self).__name__,
+                                               **self._problem_kwargs())
+                try:
+                    res = self._solver().solve(problem)
+                finally:
+                    problem.A.close()
+            finally:
+                data.close()
+        elif isinstance(X, DiskMatrix):
             data = OnDisk(DiskMatrix(X.path))
             try:
                 problem = make_problem_on_disk(self._model, data, y, owner=type(self).__name__,
@@ -192,11 +240,13 @@ class _Regressor(RegressorMixin, _DuHLEstimator):
         if disk is None:
             X, y = validate_data(self, X, y, accept_sparse=_ACCEPT_SPARSE, order="F",
                                  dtype=[np.float64, np.float32], y_numeric=True)
+        elif isinstance(disk, SparseStore):
+            y, X = self._check_y(y, disk.shape[0], np.float64), disk
         else:
             y, X = self._check_y(y, disk.shape[1], np.float64), disk
             disk.close()  # each problem opens its own reader
         problem, res = self._solve(X, y)
-        self.coef_ = res.a.astype(X.dtype)
+        self.coef_ = res.a.astype(X.value_dtype or np.float64) if isinstance(X, SparseStore) else res.a.astype(X.dtype)
         info = problem.info
         self.intercept_ = (float(info["y_mean"] - info["x_mean"] @ res.a)
                            if self.fit_intercept else 0.0)
@@ -279,6 +329,8 @@ class _Classifier(ClassifierMixin, _DuHLEstimator):
         if disk is None:
             X, y = validate_data(self, X, y, accept_sparse=_ACCEPT_SPARSE, order="C",
                                  dtype=[np.float64, np.float32])
+        elif isinstance(disk, SparseStore):
+            y, X = self._check_y(y, disk.shape[0]), disk
         else:
             y, X = self._check_y(y, disk.shape[0]), disk
             disk.close()
@@ -296,8 +348,9 @@ class _Classifier(ClassifierMixin, _DuHLEstimator):
             coefs.append(res.v[:d])
             intercepts.append(res.v[d] * self.intercept_scaling if self.fit_intercept else 0.0)
             results.append(res)
-        self.coef_ = np.asarray(coefs, dtype=X.dtype)
-        self.intercept_ = np.asarray(intercepts, dtype=X.dtype)
+        dtype = (X.value_dtype or np.float64) if isinstance(X, SparseStore) else X.dtype
+        self.coef_ = np.asarray(coefs, dtype=dtype)
+        self.intercept_ = np.asarray(intercepts, dtype=dtype)
         self._finish(results, by_class=True)
         return self
 

@@ -95,3 +95,28 @@ def test_a_store_larger_than_the_buffer_and_bytes_as_the_os_counts_them(tmp_path
     best = oracles.regression_oracle("lasso", X, y, {"alpha": alpha}, center=False)
     P = oracles.primal("lasso", X, y, res.a, 0.0, {"alpha": alpha})
     assert P - best["P"] <= res.gap + 1e-10 * problem.P0
+
+
+def test_estimators_fit_a_store_with_a_host_budget(tmp_path):
+    """LinearSVC and Lasso fit a CSR store (the Lasso's columns written once beside it by an external
+    transpose) with a quarter of it in RAM: scikit-learn's solution, and predict reads the store."""
+    from sklearn.linear_model import Lasso as SkLasso
+    from sklearn.svm import LinearSVC as SkLinearSVC
+
+    from solvers.duhl import Lasso, LinearSVC
+
+    X, y = data(binary=False, seed=4)
+    labels = np.where(y > np.median(y), 1, -1)
+    store = write_sparse_store(tmp_path, X, layout="csr")
+    svc = LinearSVC(C=0.1, loss="hinge", fit_intercept=False, tol=1e-9, max_iter=5000, host_budget=0.25,
+                    random_state=0).fit(store, labels)
+    ref = SkLinearSVC(C=0.1, loss="hinge", fit_intercept=False, dual=True, tol=1e-10, max_iter=200000).fit(X, labels)
+    np.testing.assert_allclose(svc.coef_, ref.coef_, atol=1e-3 * np.abs(ref.coef_).max())
+    np.testing.assert_array_equal(svc.predict(store), ref.predict(X))
+    alpha = 0.05 * float(np.abs(X.T @ (y - y.mean())).max()) / X.shape[0]
+    lasso = Lasso(alpha=alpha, tol=1e-10, max_iter=5000, host_budget=0.25, random_state=0).fit(store, y)
+    sk = SkLasso(alpha=alpha, tol=1e-13, max_iter=100000).fit(X, y)
+    np.testing.assert_allclose(lasso.coef_, sk.coef_, atol=1e-5 * np.abs(sk.coef_).max())
+    assert lasso.intercept_ == pytest.approx(sk.intercept_, abs=1e-5 * abs(sk.intercept_) + 1e-8)
+    np.testing.assert_allclose(lasso.predict(store), sk.predict(X), rtol=1e-5, atol=1e-6)
+    assert (lasso.history_.bytes_disk > 0).any()
