@@ -10,8 +10,10 @@ data is made.
 from __future__ import annotations
 
 import inspect
+import multiprocessing
+import os
 import time
-from concurrent.futures import CancelledError
+from concurrent.futures import CancelledError, ProcessPoolExecutor
 from typing import Any, Callable, Mapping, Optional
 
 import numpy as np
@@ -65,13 +67,50 @@ def progress_metric(settings: Mapping[str, Any]) -> str:
     return getattr(solver_class(settings), "progress_metric", "rel_gap")
 
 
+def _miniature_runs(arms: Mapping[str, Mapping[str, Any]]):
+    """The DuHL runs that compile what the arms use: two epochs each on the miniature, grouped by
+    the round loop they compile (all data resident, or part of it)."""
+    groups: dict = {}
+    for settings in arms.values():
+        if solver_class(settings) is not DuHL:
+            continue
+        small = {**settings, "max_epochs": 2, "tol": 0.0, "max_time": None, "host_budget": None,
+                 "memory_budget": None if settings.get("memory_budget") is None else 0.5}
+        runs = [small] + ([{**small, "memory_budget": 0.5, "loop": "python"}] if settings.get("host_budget") else [])
+        for run in runs:
+            groups.setdefault("resident" if run["memory_budget"] is None else "budget", []).append(run)
+    return list(groups.values())
+
+
+def compile_miniature(model_cfg: Mapping[str, Any], X, y, runs) -> None:
+    """In a child process of the warm-up: ``runs`` (DuHL settings) on the miniature (X, y), so that
+    what they compile lands in Numba's on-disk cache."""
+    for array in ((X.data, X.indices, X.indptr) if sp.issparse(X) else (X,)) + (y,):
+        array.setflags(write=False)  # (a pickled array arrives writable: Numba compiles read-only ones apart)
+    problem = build_problem(model_cfg, X, y)
+    for run in runs:
+        make_solver(run).solve(problem)
+
+
 def warmup(model_cfg: Mapping[str, Any], X, y, arms: Mapping[str, Mapping[str, Any]]) -> float:
     """Compile before any arm is timed, so no arm pays for compilation: every arm for two epochs
     on a read-only miniature of the data, which compiles just what the real data needs (the
-    model, dtype, layout, sparsity, read-only, round loop) or loads it from Numba's cache.
-    Returns seconds."""
+    model, dtype, layout, sparsity, read-only, round loop) or loads it from Numba's cache. The
+    round loops the arms use compile side by side, one in a child process for each but the first
+    (on a first run most of the warm-up is compiling; Numba compiles one function at a time in a
+    process), each into Numba's cache, which the arms' own runs then load. Returns seconds."""
     start = time.perf_counter()
-    problem = build_problem(model_cfg, *read_only_miniature(model_cfg["name"], X, y))
+    small_X, small_y = read_only_miniature(model_cfg["name"], X, y)
+    problem = build_problem(model_cfg, small_X, small_y)
+    groups = _miniature_runs(arms)
+    if len(groups) > 1 and (os.cpu_count() or 1) > 1:
+        context = multiprocessing.get_context("spawn")  # no fork of a process with threads
+        with ProcessPoolExecutor(min(len(groups) - 1, os.cpu_count() - 1), mp_context=context) as pool:
+            children = [pool.submit(compile_miniature, dict(model_cfg), small_X, small_y, runs) for runs in groups[1:]]
+            for run in groups[0]:
+                make_solver(run).solve(problem)
+            for child in children:
+                child.exception()  # a child that failed only leaves its compiling to this process
     for settings in arms.values():
         if not getattr(solver_class(settings), "warmup", True):
             continue  # nothing to compile
