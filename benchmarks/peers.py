@@ -27,6 +27,7 @@ import argparse
 import math
 import os
 import statistics
+import sys
 import time
 from datetime import datetime
 from pathlib import Path
@@ -245,6 +246,53 @@ def markdown(rows, title):
     return "\n".join(lines)
 
 
+RESULTS_PAGE = ROOT / "docs" / "benchmarks" / "results.md"
+SUITES = {"quick": ("The quick suite", "make bench QUICK=1"), "full": ("The full suite", "make bench")}
+
+
+def _ms(seconds):
+    return "-" if seconds is None or math.isnan(seconds) else f"{seconds * 1e3:.3g} ms"
+
+
+def results_section(summary, header, total_s, when, argv):
+    """The docs' section of one suite (docs/benchmarks/results.md): its date, command and table."""
+    title, command = SUITES[header["mode"]]
+    extra = " ".join(argv)
+    shown = f'{command} ARGS="{extra}"' if extra else command
+    lines = [f"### {title}", "",
+             f"`{shown}`, measured **{when} UTC** on {header['cores']} cores (medians of {header['repeats']}; "
+             f"Numba's warm-up, {header['numba_warmup_s']:.0f} s, excluded; {total_s:.0f} s in all). "
+             "Time to rel_gap 1e-6:", "",
+             "| problem | ours, all resident | best peer | ours / best peer | DuHL at budget 0.25 / all resident |",
+             "| --- | --- | --- | --- | --- |"]
+    for s in summary:
+        ratio = s["ratio_1e6"]
+        duhl = s["duhl25_vs_mem"]
+        lines.append(f"| {s['problem']} | {_ms(s['ours_1e6_s'])} | {s['best_peer_1e6']} {_ms(s['best_peer_1e6_s'])} "
+                     f"| {'-' if math.isnan(ratio) else f'{ratio:.2f}'} | "
+                     f"{'-' if math.isnan(duhl) else f'{duhl:.2f}x'} |")
+    return "\n".join(lines)
+
+
+def write_results_page(section, mode, page=RESULTS_PAGE):
+    """Replace this suite's section of the docs' results page (the other suite's stays), written
+    whole to a temporary file, then renamed."""
+    title = f"### {SUITES[mode][0]}"
+    text = page.read_text() if page.exists() else ""
+    head, sections = text, {}
+    if "### " in text:
+        head = text[: text.index("### ")]
+        for part in text[text.index("### "):].split("\n### "):
+            part = part if part.startswith("### ") else "### " + part
+            sections[part.splitlines()[0]] = part.rstrip() + "\n"
+    sections[title] = section.rstrip() + "\n"
+    ordered = [sections[t] for t in (f"### {SUITES['quick'][0]}", f"### {SUITES['full'][0]}") if t in sections]
+    ordered += [v for t, v in sections.items() if t not in (f"### {SUITES['quick'][0]}", f"### {SUITES['full'][0]}")]
+    tmp = page.with_suffix(".tmp")
+    tmp.write_text(head + "\n".join(ordered))
+    tmp.replace(page)
+
+
 def plot(label, curves, path):
     import matplotlib
 
@@ -297,6 +345,8 @@ def main(argv=None):
     parser.add_argument("--max-time", type=float, default=None, help="seconds per solver run")
     parser.add_argument("--no-tracking", action="store_true")
     parser.add_argument("--out", default=str(ROOT / "bench-results"))
+    parser.add_argument("--no-docs", dest="write_docs", action="store_false",
+                        help="leave docs/benchmarks/results.md as it is (else this suite's table is rewritten)")
     args = parser.parse_args(argv)
     if args.max_time is None:
         args.max_time = 2.0 if args.quick else 30.0
@@ -348,6 +398,11 @@ def main(argv=None):
     text = "\n".join([f"# Benchmark ({header['mode']})", "", "```", *lines, "```", "", table, "", summ, "",
                       f"total benchmark time: {total:.0f} s"])
     (out_dir / "bench.md").write_text(text + "\n")
+    if args.write_docs:
+        section = results_section(summary, header, total, datetime.utcnow().strftime("%Y-%m-%d %H:%M"),
+                                  [a for a in (argv if argv is not None else sys.argv[1:]) if a != "--quick"])
+        write_results_page(section, header["mode"])
+        print(f"docs: {relative(RESULTS_PAGE)} ({SUITES[header['mode']][0].lower()})")
     pd.DataFrame(rows).to_csv(out_dir / "rows.csv", index=False)
     pd.DataFrame(summary).to_csv(out_dir / "summary.csv", index=False)
     if not args.no_tracking:

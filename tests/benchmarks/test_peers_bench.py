@@ -72,3 +72,20 @@ def test_time_to_counts_certified_rows_only():
                           "certified": [1, 0, 1, 1]})
     assert bench.time_to(trace, 1e-6) == 0.4 and bench.time_to(trace, 1e-4) == 0.3
     assert math.isnan(bench.time_to(trace[trace.certified == 0], 1e-6))
+
+
+def test_the_docs_results_page_gets_this_suites_table(tmp_path):
+    """make bench rewrites its own suite's section of docs/benchmarks/results.md (date, command,
+    table) and leaves the other suite's and the page's head as they were."""
+    page = tmp_path / "results.md"
+    page.write_text("<!-- head -->\n\n### The quick suite\n\nold quick\n\n### The full suite\n\nold full table\n")
+    summary = [dict(problem="w8a lasso", ours_1e6_s=0.0112, best_peer_1e6="peer_snapml", best_peer_1e6_s=0.0361,
+                    ratio_1e6=0.0112 / 0.0361, duhl25_vs_mem=1.3)]
+    header = dict(mode="quick", cores=2, repeats=7, numba_warmup_s=90.0)
+    bench.write_results_page(bench.results_section(summary, header, 159, "2026-11-28 16:00", ["--repeats", "7"]),
+                             "quick", page)
+    text = page.read_text()
+    assert text.startswith("<!-- head -->") and "old quick" not in text and "old full table" in text
+    assert '`make bench QUICK=1 ARGS="--repeats 7"`, measured **2026-11-28 16:00 UTC**' in text
+    assert "| w8a lasso | 11.2 ms | peer_snapml 36.1 ms | 0.31 | 1.30x |" in text
+    assert text.index("### The quick suite") < text.index("### The full suite")
