@@ -72,6 +72,11 @@ EXERCISED = {
         "tests/pipelines/test_out_of_core_svm.py::test_dual_arms_read_samples_from_disk_count_every_byte_and_reach_liblinears_objective",
     'make experiment ARGS="experiment=out_of_core data.n_samples=4000 data.n_features=1000"':
         f"{OUT_OF_CORE}::test_arms_read_from_disk_count_every_byte_and_reach_scikit_learns_objective",
+    'make experiment ARGS="experiment=out_of_core_sparse"':  # its tiny version, below
+        "tests/pipelines/test_out_of_core_sparse.py::test_arms_train_from_the_sparse_store_count_every_byte_and_reach_liblinears_objective",
+    'make experiment ARGS="experiment=out_of_core_sparse data=synthetic_criteo data.n_samples=2000 data.hash_bits=10 '
+    'device.host_budget=0.25"':
+        "tests/pipelines/test_out_of_core_sparse.py::test_arms_train_from_the_sparse_store_count_every_byte_and_reach_liblinears_objective",
     'make out-of-core ARGS="device=cuda device.memory_budget=0.1"':
         "tests/solvers/storage/test_ram_tier.py::test_gpu_under_a_ram_tier_reaches_scikit_learns_optimum",
     "make bench-gpu-disk": DRY_RUN,
