@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-W8A = Path(__file__).resolve().parents[3] / "shared" / "datasets" / "w8a"
+W8A = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "w8a"
 
 
 def median_time(fn, repeats):

@@ -43,7 +43,7 @@ from solvers.duhl import compile_kernels
 from solvers.glm.problems import make_problem
 from tasks.peers import PEERS, PeerUnsupported, make_peer, missing_reason
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 TARGETS = (1e-4, 1e-6)
 OURS = ("ours (mem)", "duhl 0.25", "sequential 0.25")
 

@@ -20,3 +20,17 @@ def test_each_bench_imports_and_has_a_main(name):
     module = importlib.import_module(f"benchmarks.{name}")
     if name not in ("common",):
         assert callable(getattr(module, "main", None)), f"benchmarks.{name} has no main()"
+
+
+def test_the_benchmarks_find_the_shared_datasets_beside_the_checkout():
+    """benchmarks/ sits at the project root: w8a is ../shared/datasets/w8a from there, and the docs'
+    results page is the project's own (a wrong depth skipped every w8a problem)."""
+    from pathlib import Path
+
+    import benchmarks.peers as peers
+    from benchmarks.common import W8A
+
+    root = Path(peers.__file__).resolve().parents[1]
+    assert (root / "pyproject.toml").exists() and peers.ROOT == root
+    assert W8A == root.parent / "shared" / "datasets" / "w8a"
+    assert peers.RESULTS_PAGE == root / "docs" / "benchmarks" / "results.md"
