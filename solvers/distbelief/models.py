@@ -7,26 +7,32 @@ part summed over rows (what a Sandblaster work unit sends), and ``penalty``
 the regularization, so that the full objective is
 ``sum_loss / n + penalty`` whichever way the rows were cut.
 
-Labels are +-1 for classifiers, real for least squares. X may be a dense
+Labels are +-1 for classifiers (an MLP with a softmax output: class indices),
+real for least squares. X may be a dense
 array or a scipy.sparse CSR matrix. ``xp`` is the array module (numpy, or
 cupy for device arrays); only dense X is supported with cupy.
 
-| name           | loss(w; x, y)                       | parameters                   |
-| -------------- | ----------------------------------- | ---------------------------- |
-| logistic       | log(1 + exp(-y (x.w + b)))          | w (d), b                     |
-| svm            | max(0, 1 - y (x.w + b)) (subgrad.)  | w (d), b                     |
-| least_squares  | (x.w + b - y)^2 / 2                 | w (d), b                     |
-| mlp            | log(1 + exp(-y f(x))), f = v.tanh(W x + c) + b | W (d*H), c (H), v (H), b |
+| name           | loss(w; x, y)                            | parameters                     |
+| -------------- | ---------------------------------------- | ------------------------------ |
+| logistic       | log(1 + exp(-y (x.w + b)))               | w (d), b                       |
+| svm            | max(0, 1 - y (x.w + b)) (subgrad.)       | w (d), b                       |
+| least_squares  | (x.w + b - y)^2 / 2                      | w (d), b                       |
+| mlp            | log(1 + exp(-y f(x))), or softmax cross- | W_l, b_l for every layer l     |
+|                | entropy; f: tanh or ReLU hidden layers   | (see MLP)                      |
 """
 
 from __future__ import annotations
 
+import numbers
+from typing import List, Tuple
+
 import numpy as np
 
 from solvers.glm import losses
-from solvers.glm.checks import Real, check_params
+from solvers.glm.checks import Integer, Options, Real, check_params
 
 MODELS = ("logistic", "svm", "least_squares", "mlp")
+MLP_KEYS = ("hidden", "activation", "output", "n_classes")  # the MLP's own model settings
 CLASSIFIERS = ("logistic", "svm", "mlp")
 
 
@@ -128,61 +134,154 @@ class LeastSquares(Model):
         return self.decision(w, X, xp)
 
 
+def _hidden_widths(hidden) -> Tuple[int, ...]:
+    """``hidden`` (an int, or a list of ints) as a tuple of layer widths, checked."""
+    widths = [hidden] if isinstance(hidden, numbers.Integral) and not isinstance(hidden, bool) else hidden
+    try:
+        ok = len(widths) >= 1 and all(isinstance(h, numbers.Integral) and not isinstance(h, bool) and h >= 1
+                                      for h in widths)
+    except TypeError:
+        ok = False
+    if not ok:
+        raise ValueError(f"The 'hidden' parameter of model 'mlp' must be an int >= 1 or a non-empty list of "
+                         f"ints >= 1. Got {hidden!r} instead.")
+    return tuple(int(h) for h in widths)
+
+
+ACTIVATIONS = ("tanh", "relu")
+OUTPUTS = ("logistic", "softmax")
+
+
+def activate(name: str, z, xp=np):
+    return xp.tanh(z) if name == "tanh" else xp.maximum(z, 0.0)
+
+
+def activation_slope(name: str, a, xp=np):
+    """d a / d z from the activation a itself (tanh: 1 - a^2; ReLU: 1 where a > 0)."""
+    return 1.0 - a * a if name == "tanh" else (a > 0).astype(a.dtype)
+
+
 class MLP(Model):
-    """One hidden layer of tanh units, a logistic output: f(x) = v . tanh(W^T x + c) + b."""
+    """Fully connected layers of tanh or ReLU units and a logistic (one unit, labels +-1)
+    or softmax (``n_classes`` units, labels 0..n_classes-1; +-1 for two) output.
+
+    Parameters, layer after layer (l = 1 .. L+1, the last one the output):
+    ``W_l`` (n_in x n_out, row-major: a unit's incoming weights are a column) then ``b_l``.
+    With ``hidden=H`` (one layer) and a logistic output this is [W (d x H), c, v, b]:
+    ``f(x) = v . tanh(W^T x + c) + b``. Weights are penalized, biases are not.
+    """
 
     name = "mlp"
 
-    def __init__(self, n_features: int, hidden: int = 32, alpha: float = 1e-4):
+    def __init__(self, n_features: int, hidden=32, alpha: float = 1e-4, activation: str = "tanh",
+                 output: str = "logistic", n_classes: int = 2):
         super().__init__(n_features, alpha)
-        check_params("model 'mlp'", hidden=hidden)
-        self.hidden = hidden
+        self.widths = _hidden_widths(hidden)
+        check_params("model 'mlp'", rules={"activation": Options(ACTIVATIONS), "output": Options(OUTPUTS),
+                                           "n_classes": Integer(2)},
+                     activation=activation, output=output, n_classes=n_classes)
+        if output == "logistic" and n_classes != 2:
+            raise ValueError(f"The 'n_classes' parameter of model 'mlp' must be 2 with output='logistic' "
+                             f"(use output='softmax'). Got {n_classes!r} instead.")
+        self.hidden = self.widths[0] if len(self.widths) == 1 else list(self.widths)
+        self.activation, self.output, self.n_classes = activation, output, int(n_classes)
+        n_out = 1 if output == "logistic" else self.n_classes
+        self.sizes = (self.n_features, *self.widths, n_out)  # units per layer, the input first
+        # (start of W_l, start of b_l) for l = 1 .. L+1
+        self.offsets: List[Tuple[int, int]] = []
+        at = 0
+        for n_in, n_out in zip(self.sizes[:-1], self.sizes[1:]):
+            self.offsets.append((at, at + n_in * n_out))
+            at += n_in * n_out + n_out
+        self._n_params = at
 
     @property
     def n_params(self):
-        d, h = self.n_features, self.hidden
-        return d * h + h + h + 1
+        return self._n_params
 
-    def _unpack(self, w):
-        d, h = self.n_features, self.hidden
-        W = w[: d * h].reshape(d, h)
-        c = w[d * h: d * h + h]
-        v = w[d * h + h: d * h + 2 * h]
-        return W, c, v, w[-1]
+    def layers(self, w) -> List[Tuple[object, object]]:
+        """[(W_l, b_l), ...] as views of the flat vector w."""
+        out = []
+        for (n_in, n_out), (wo, bo) in zip(zip(self.sizes[:-1], self.sizes[1:]), self.offsets):
+            out.append((w[wo:bo].reshape(n_in, n_out), w[bo:bo + n_out]))
+        return out
 
     def reg_mask(self):
-        d, h = self.n_features, self.hidden
         mask = np.zeros(self.n_params)
-        mask[: d * h] = 1.0
-        mask[d * h + h: d * h + 2 * h] = 1.0
+        for (wo, bo) in self.offsets:
+            mask[wo:bo] = 1.0
         return mask
 
     def init(self, seed: int = 0):
+        """Weights N(0, 1/n_in) (tanh) or N(0, 2/n_in) (ReLU), biases 0."""
         rng = np.random.default_rng(seed)
-        d, h = self.n_features, self.hidden
+        gain = 1.0 if self.activation == "tanh" else 2.0
         w = np.zeros(self.n_params)
-        w[: d * h] = rng.standard_normal(d * h) / np.sqrt(d)
-        w[d * h + h: d * h + 2 * h] = rng.standard_normal(h) / np.sqrt(h)
+        for n_in, (wo, bo) in zip(self.sizes[:-1], self.offsets):
+            w[wo:bo] = rng.standard_normal(bo - wo) / np.sqrt(n_in / gain)
         return w
 
     def _forward(self, w, X, xp):
-        W, c, v, b = self._unpack(w)
-        H = xp.tanh(X @ W + c)
-        return H, H @ v + b
+        """The hidden activations [a_1 .. a_L] and the output's pre-activation."""
+        acts, a = [], X
+        layers = self.layers(w)
+        for W, b in layers[:-1]:
+            a = activate(self.activation, a @ W + b, xp)
+            acts.append(a)
+        W, b = layers[-1]
+        z = a @ W + b
+        return acts, (z[:, 0] if self.output == "logistic" else z)
 
     def decision(self, w, X, xp=np):
         return self._forward(w, X, xp)[1]
 
+    def classes(self, y, xp=np):
+        """Softmax labels as class indices (+-1 labels of two classes: +1 is class 1)."""
+        if self.n_classes == 2:
+            return (y > 0).astype(np.int64)
+        return y.astype(np.int64)
+
+    def output_loss(self, z, y, xp=np):
+        """(summed loss, d loss / d z) of the output's pre-activation z."""
+        if self.output == "logistic":
+            loss, dm = losses.logistic(y * z, xp)
+            return loss, y * dm
+        return softmax_cross_entropy(z, self.classes(y, xp), xp)
+
     def sum_loss_grad(self, w, X, y, xp=np):
-        W, c, v, b = self._unpack(w)
-        H, f = self._forward(w, X, xp)
-        loss, dm = losses.logistic(y * f, xp)
-        r = y * dm  # d loss / d f
-        dH = (r[:, None] * v[None, :]) * (1.0 - H * H)  # d loss / d pre-activation
-        gW = X.T @ dH
-        gW = xp.asarray(gW)
-        grad = xp.concatenate([gW.ravel(), dH.sum(axis=0), H.T @ r, xp.sum(r, keepdims=True)])
-        return loss, grad
+        layers = self.layers(w)
+        acts, z = self._forward(w, X, xp)
+        loss, dz = self.output_loss(z, y, xp)
+        dz = dz[:, None] if self.output == "logistic" else dz
+        grads = []
+        for l in range(len(layers) - 1, -1, -1):
+            a_in = acts[l - 1] if l > 0 else X
+            W, _ = layers[l]
+            grads.append((xp.asarray(a_in.T @ dz).ravel(), dz.sum(axis=0)))
+            if l > 0:
+                dz = (dz @ W.T) * activation_slope(self.activation, acts[l - 1], xp)
+        return loss, xp.concatenate([part for pair in reversed(grads) for part in pair])
+
+    def predict(self, w, X, xp=np):
+        if self.output == "logistic":
+            return super().predict(w, X, xp)
+        return xp.argmax(self.decision(w, X, xp), axis=1)
+
+    def accuracy(self, w, X, y, xp=np):
+        if self.output == "logistic":
+            return super().accuracy(w, X, y, xp)
+        return float(xp.mean(self.predict(w, X, xp) == self.classes(y, xp)))
+
+
+def softmax_cross_entropy(z, classes, xp=np):
+    """(sum_i -log softmax(z_i)[c_i], d loss / d z = softmax(z) - onehot(c)), stable for large z."""
+    shifted = z - z.max(axis=1, keepdims=True)
+    log_norm = xp.log(xp.exp(shifted).sum(axis=1))
+    rows = xp.arange(z.shape[0])
+    loss = float(xp.sum(log_norm - shifted[rows, classes]))
+    grad = xp.exp(shifted - log_norm[:, None])
+    grad[rows, classes] -= 1.0
+    return loss, grad
 
 
 def make_model(name: str, n_features: int, **kwargs) -> Model:
@@ -191,7 +290,8 @@ def make_model(name: str, n_features: int, **kwargs) -> Model:
     if name not in classes:
         raise ValueError(f"The 'model' parameter of DistBelief must be one of {MODELS}. Got {name!r} instead.")
     if name != "mlp":
-        kwargs.pop("hidden", None)
+        for key in MLP_KEYS:
+            kwargs.pop(key, None)
     try:
         return classes[name](n_features, **kwargs)
     except TypeError as error:

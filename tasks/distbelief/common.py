@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-from solvers.distbelief.models import make_model
+from solvers.distbelief.models import MLP_KEYS, make_model
 from tasks.cluster import cluster_lost, scheduler_lost
 from tasks.data import read_cached
 from tasks.parts import DataParts
@@ -111,7 +111,9 @@ def build_model(model_cfg: Mapping[str, Any], n_features: int, n_train: int):
     alpha = kw.get("alpha")
     if alpha is None:
         alpha = 1.0 / (float(kw.get("C", 1.0)) * n_train)
-    extra = {"hidden": int(kw["hidden"])} if name == "mlp" else {}
+    extra = {k: kw[k] for k in MLP_KEYS if k in kw} if name == "mlp" else {}
+    if isinstance(extra.get("hidden"), (list, tuple)):  # OmegaConf's ListConfig, or a tuple
+        extra["hidden"] = [int(h) for h in extra["hidden"]]
     return make_model(name, n_features, alpha=float(alpha), **extra)
 
 
