@@ -38,11 +38,16 @@ def model_schema(model) -> type:
 
 @dataclass
 class MlpModel:
-    """DistBelief family only: one hidden layer (tanh) of ``hidden`` units, L2 ``alpha``."""
+    """DistBelief family only: hidden layers of ``hidden`` units (an int: one layer; a list: one
+    width per layer), ``activation`` tanh or relu, a logistic or softmax ``output``, L2 ``alpha``.
+    (solvers.distbelief.models.MLP checks them when the experiment is planned.)"""
 
     name: str = "mlp"
-    hidden: int = 32
+    hidden: Any = 32  # an int or a list of ints (OmegaConf has no int-or-list type)
     alpha: float = ruled(1e-4, Real(0))
+    activation: str = "tanh"
+    output: str = "logistic"
+    n_classes: int = 2
 
 
 @dataclass

@@ -32,25 +32,40 @@ from typing import Any, Dict, List
 from omegaconf import DictConfig, OmegaConf
 from rich.table import Table
 
-from pipelines import report, ui
+from pipelines import distbelief_steps, report, ui
 from pipelines.config import check_config
 from pipelines.deploy import arm_on, cluster_and_data
 from pipelines.tracking import PROJECT_ROOT, SWEEP_PARENT_ENV, arm_run_name, config_params, flatten, shown_uri
-from solvers.distbelief.models import make_model
+from solvers.distbelief.models import MLP_KEYS, make_model
 from tasks.cluster import restore_workers, validate_cluster_config
 from tasks.data import cache_key, load_dataset, resolve_path, validate_data_config
 from tasks.distbelief.common import build_model, data_spec, live_workers
 from tasks.distbelief.downpour import run_downpour
+from tasks.distbelief.model_parallel import check_settings as check_model_parallel
+from tasks.distbelief.model_parallel import run_model_parallel
 from tasks.distbelief.sandblaster import run_sandblaster
 from tasks.problems import describe_labels
 
-RUNNERS = {"downpour": run_downpour, "sandblaster": run_sandblaster}
+RUNNERS = {"downpour": run_downpour, "sandblaster": run_sandblaster, "model_parallel": run_model_parallel}
 # Set by the pipeline, not by an arm.
 RESERVED = {"client", "spec", "model_cfg", "callback", "on_start", "on_round", "target_loss", "target_accuracy",
             "snapshot_dir", "parts"}
 MODELS = ("logistic", "svm", "mlp", "ridge")
 UNUSED = ("solver", "device", "experiment.target_rel_gap", "experiment.target_suboptimality")  # not params here
-PIPELINE_KEYS = {"downpour": {"kill_worker_after_s"}, "sandblaster": set()}  # arm keys the pipeline handles
+# arm keys the pipeline handles; ``model``: this arm's changes to the model config (another size)
+PIPELINE_KEYS = {"downpour": {"kill_worker_after_s", "model"}, "sandblaster": {"model"}, "model_parallel": {"model"}}
+MODEL_KEYS = ("name", "C", "alpha", *MLP_KEYS)
+
+
+def _checked_model(model: Dict[str, Any], owner: str) -> Dict[str, Any]:
+    """The model config's keys DistBelief uses, after the model's own checks (one line)."""
+    model = {k: v for k, v in model.items() if k in MODEL_KEYS}
+    extra = {k: model[k] for k in MLP_KEYS if k in model} if model["name"] == "mlp" else {}
+    try:
+        make_model("least_squares" if model["name"] == "ridge" else model["name"], 2, **extra)
+    except ValueError as error:
+        raise ValueError(f"{owner}: {error}" if owner else str(error)) from None
+    return model
 
 
 def runner_keys(algo: str) -> set:
@@ -71,9 +86,7 @@ def plan(cfg: DictConfig) -> Dict[str, Any]:
     if model["name"] not in MODELS:
         raise ValueError(f"The 'name' parameter of model must be one of {list(MODELS)} for experiment.kind="
                          f"'distbelief'. Got {model['name']!r} instead.")
-    model = {k: v for k, v in model.items() if k in ("name", "C", "alpha", "hidden")}
-    make_model("least_squares" if model["name"] == "ridge" else model["name"], 2,
-               **({"hidden": model["hidden"]} if model["name"] == "mlp" else {}))  # the model's own checks
+    model = _checked_model(model, "")
     db = OmegaConf.to_container(cfg.experiment.distbelief, resolve=True)
     max_time = cfg.experiment.max_time
     if max_time is None:
@@ -90,10 +103,24 @@ def plan(cfg: DictConfig) -> Dict[str, Any]:
         unknown = sorted(set(arm) - known)
         if unknown:
             raise ValueError(f"Arm '{name}' has unknown key(s) {unknown}. Known: {sorted(known)}.")
+        changes = arm.pop("model", None) or {}
+        if not isinstance(changes, dict) or "name" in changes:
+            raise ValueError(f"The 'model' parameter of arm '{name}' must be a mapping of model settings to change "
+                             f"(not the model's name). Got {changes!r} instead.")
+        arm_model = _checked_model({**model, **changes}, f"arm '{name}'")
+        if algo == "model_parallel":
+            if arm_model["name"] != "mlp":
+                raise ValueError(f"Arm '{name}' (model_parallel) cuts an MLP's layers: model=mlp. "
+                                 f"Got model {arm_model['name']!r} instead.")
+            try:
+                check_model_parallel(arm_model, **arm)
+            except ValueError as error:
+                raise ValueError(f"arm '{name}': {error}") from None
         shared = {k: v for k, v in db.items() if k in runner_keys(algo)}
         tune = algo == "downpour" and bool(db["lr_grid"]) and "lr" not in arm
         arms[name] = {"algo": algo, **shared, "max_time": float(max_time), "seed": int(cfg.seed), **arm,
-                      **({"tune_lr": list(db["lr_grid"])} if tune else {})}
+                      **({"tune_lr": list(db["lr_grid"])} if tune else {}),
+                      **({"model": arm_model} if changes else {})}
     if not arms:
         raise ValueError("The 'arms' parameter of experiment must name at least one arm for experiment.kind="
                          "'distbelief'.")
@@ -200,7 +227,11 @@ def run(cfg: DictConfig, p: Dict[str, Any], tracker: Any, tags: Dict[str, str], 
         spec = data_spec(dataset, db["test_fraction"], db["shuffle_seed"])
         n_params = build_model(p["model"], spec.n_features, spec.n_train).n_params
         console.print(f"data: {p['data'].name} {spec.n_rows} x {spec.n_features} (train {spec.n_train}, "
-                      f"shuffled split seed {spec.shuffle_seed}), model {p['model']} ({n_params} parameters)")
+                      f"shuffled split seed {spec.shuffle_seed}), model {p['model']} ({n_params:,} parameters)")
+        for name, settings in p["arms"].items():
+            if "model" in settings:
+                arm_params = build_model(settings["model"], spec.n_features, spec.n_train).n_params
+                console.print(f"{name}: model {settings['model']} ({arm_params:,} parameters)")
         (output_dir / "traces").mkdir(parents=True, exist_ok=True)
         with cluster_and_data(cfg.cluster, dataset.path, console, output_dir) as (client, parts):
             tracker.set_tags(parent_id, {"data_access": parts.access})
@@ -209,14 +240,15 @@ def run(cfg: DictConfig, p: Dict[str, Any], tracker: Any, tags: Dict[str, str], 
                 kwargs = dict(settings)
                 algo = kwargs.pop("algo")
                 grid, kill_after = kwargs.pop("tune_lr", None), kwargs.pop("kill_worker_after_s", None)
+                model = kwargs.pop("model", p["model"])
                 extras[name] = {}
-                if algo == "downpour" and parts.access == "mmap":  # shard snapshots need a shared filesystem
+                if algo != "sandblaster" and parts.access == "mmap":  # shard snapshots need a shared filesystem
                     kwargs["snapshot_dir"] = str(output_dir / "snapshots" / name)
                 arm_tags = {**tags["arm"], "arm": name, "algo": algo, "mlflow.runColor": colours[name]}
                 with tracker.run(arm_run_name(name, run_name), parent_id, arm_tags) as arm_id, \
                         arm_on(client, parts, tracker, arm_id):
                     if grid:
-                        kwargs["lr"], losses = tune_lr(client, spec, p["model"], kwargs, grid, db["tune_samples"],
+                        kwargs["lr"], losses = tune_lr(client, spec, model, kwargs, grid, db["tune_samples"],
                                                        tuned, parts)
                         extras[name].update(lr=kwargs["lr"], lr_losses=losses)
                         tracker.set_tags(arm_id, {"lr_tuning": ", ".join(f"{k:g}: {v:.4f}" for k, v in losses.items())
@@ -232,8 +264,8 @@ def run(cfg: DictConfig, p: Dict[str, Any], tracker: Any, tags: Dict[str, str], 
                     tracker.log_params(arm_id, {"arm": name, "algo": algo, **{k: v for k, v in kwargs.items()
                                                                              if k != "on_start"},
                                                 **({"kill_worker_after_s": kill_after} if kill_after else {}),
-                                                **data_model})
-                    result = RUNNERS[algo](client, spec, p["model"], **kwargs, parts=parts,
+                                                **data_model, **flatten({"model": model})})
+                    result = RUNNERS[algo](client, spec, model, **kwargs, parts=parts,
                                            target_loss=target_loss if stop_at else None,
                                            target_accuracy=target_accuracy if stop_at else None,
                                            callback=lambda row, arm_id=arm_id: tracker.log_round(arm_id, row))
@@ -242,7 +274,8 @@ def run(cfg: DictConfig, p: Dict[str, Any], tracker: Any, tags: Dict[str, str], 
                     loss[name] = _stats(result.trace, target_loss, result.status, "train_loss")
                     accuracy[name] = _stats(result.trace, target_accuracy, result.status, "test_accuracy")
                     failures[name] = len(result.failures)
-                    extras[name].update(failures=list(result.failures), killed=killed, counters=result.counters)
+                    extras[name].update(failures=list(result.failures), killed=killed, counters=result.counters,
+                                        run_id=arm_id)
                     if killed:  # the next arm starts with every worker back (the nanny restarts it)
                         restore_workers(client, n_workers, timeout_s=60)  # (or a fresh one if it is not)
                     metrics = {**loss[name].run_metrics(), "final_test_accuracy": accuracy[name].final,
@@ -250,6 +283,8 @@ def run(cfg: DictConfig, p: Dict[str, Any], tracker: Any, tags: Dict[str, str], 
                     if accuracy[name].reached:
                         metrics.update(time_to_accuracy_s=accuracy[name].time_to_target_s,
                                        samples_to_accuracy=accuracy[name].samples_to_target)
+                    if algo == "model_parallel":
+                        metrics.update(distbelief_steps.run_metrics(result.counters))
                     tracker.log_metrics(arm_id, metrics)
                     tracker.set_tags(arm_id, {"status": result.status, "failures": _failures(result.failures),
                                               "counters": json.dumps(result.counters, default=str)[:5000]})
@@ -259,21 +294,33 @@ def run(cfg: DictConfig, p: Dict[str, Any], tracker: Any, tags: Dict[str, str], 
                 console.print(f"{name}: {result.status} in {result.time_s:.1f}s, counters {result.counters}")
         summary = table(loss, accuracy, failures, target_loss, target_accuracy)
         console.print(summary)
+        steps = distbelief_steps.step_rows(p["arms"], extras)
+        steps_table = distbelief_steps.table(steps) if steps else None
+        if steps_table is not None:
+            console.print(steps_table)
+            for row in steps:  # each model-parallel arm against its one-partition arm, on its own run
+                if row["speedup"] is not None:
+                    tracker.log_metrics(row["run_id"], {f"speedup_vs_{row['baseline']}": row["speedup"]})
         ups = {k: v for k, v in report.speedup_metrics(loss, main_arm).items()
                if k[len("speedup_vs_"):] in baselines}
         for key, value in ups.items():
             console.print(f"{main_arm} reached train loss {target_loss} {value:.2f}x sooner than {key[11:]}")
-        verdict = (report.verdict(loss, main_arm, baselines, target_loss) if target_loss is not None
-                   else f"No target_loss set: {main_arm} and its baselines ran {cfg.experiment.max_time}s each.")
+        if target_loss is not None:
+            verdict = report.verdict(loss, main_arm, baselines, target_loss)
+        elif steps:
+            verdict = distbelief_steps.verdict(steps)
+        else:
+            verdict = f"No target_loss set: {main_arm} and its baselines ran {cfg.experiment.max_time}s each."
         n_failures = sum(failures.values())
         view_id = None
         if tracker.enabled:
-            view_id = ui.save_arms_view(tracker, parent_id, ui.view_name(run_name),
-                                        ["train_loss", "test_accuracy"],
-                                        ["time_to_target_s", "time_to_accuracy_s", "final_train_loss",
-                                         "final_test_accuracy"], ["algo"])
+            curves = ["train_loss", "test_accuracy", *(distbelief_steps.CURVES if steps else ())]
+            columns = ["time_to_target_s", "time_to_accuracy_s", "final_train_loss", "final_test_accuracy",
+                       *(distbelief_steps.COLUMNS if steps else ())]
+            view_id = ui.save_arms_view(tracker, parent_id, ui.view_name(run_name), curves, columns, ["algo"])
             ui.save_comparisons_view(tracker, [f"speedup_vs_{b}" for b in baselines])
-        note = ui.note(verdict, report.markdown(summary), tracker.experiment_id, view_id)
+        tables = report.markdown(summary) + (f"\n\n{report.markdown(steps_table)}" if steps_table is not None else "")
+        note = ui.note(verdict, tables, tracker.experiment_id, view_id)
         (output_dir / "comparison.md").write_text(f"# {run_name}: DistBelief, {p['model']['name']} on "
                                                   f"{p['data'].name}\n\n{note}\n")
         texts = {k: v for k, v in report.speedup_texts(loss, main_arm).items() if k in ups}

@@ -136,16 +136,8 @@ class LeastSquares(Model):
 
 def _hidden_widths(hidden) -> Tuple[int, ...]:
     """``hidden`` (an int, or a list of ints) as a tuple of layer widths, checked."""
-    widths = [hidden] if isinstance(hidden, numbers.Integral) and not isinstance(hidden, bool) else hidden
-    try:
-        ok = len(widths) >= 1 and all(isinstance(h, numbers.Integral) and not isinstance(h, bool) and h >= 1
-                                      for h in widths)
-    except TypeError:
-        ok = False
-    if not ok:
-        raise ValueError(f"The 'hidden' parameter of model 'mlp' must be an int >= 1 or a non-empty list of "
-                         f"ints >= 1. Got {hidden!r} instead.")
-    return tuple(int(h) for h in widths)
+    check_params("model 'mlp'", hidden=hidden)
+    return (int(hidden),) if isinstance(hidden, numbers.Integral) else tuple(int(h) for h in hidden)
 
 
 ACTIVATIONS = ("tanh", "relu")

@@ -40,10 +40,22 @@ class Adagrad:
         self.lr = float(lr)  # gamma
         self.eps = float(eps)
         self.sum_sq = xp.zeros(size)
+        self._xp = xp
+        self._scratch = None  # two buffers: a step of a few million parameters allocates nothing
 
     def apply(self, w, g) -> None:
-        self.sum_sq += g * g
-        w -= self.lr * g / (np.sqrt(self.sum_sq) + self.eps)
+        """w -= lr g / (sqrt(sum_sq) + eps), in place (the same roundings as written out)."""
+        xp = self._xp
+        if self._scratch is None or self._scratch[0].shape != self.sum_sq.shape:
+            self._scratch = (xp.empty_like(self.sum_sq), xp.empty_like(self.sum_sq))
+        denom, step = self._scratch
+        xp.multiply(g, g, out=denom)
+        self.sum_sq += denom
+        xp.sqrt(self.sum_sq, out=denom)
+        denom += self.eps
+        xp.multiply(g, self.lr, out=step)
+        step /= denom
+        w -= step
 
     def state(self) -> dict:
         return {"sum_sq": self.sum_sq}

@@ -82,6 +82,23 @@ class Integer(Rule):
 
 
 @dataclass(frozen=True)
+class Widths(Rule):
+    """An int >= ``low``, or a non-empty list of them (an MLP's hidden layer widths)."""
+
+    low: int = 1
+
+    @property
+    def text(self):
+        return f"an int >= {self.low} or a non-empty list of ints >= {self.low}"
+
+    def ok(self, value):
+        one = Integer(self.low)
+        if one.ok(value):
+            return True
+        return isinstance(value, (list, tuple)) and len(value) > 0 and all(one.ok(v) for v in value)
+
+
+@dataclass(frozen=True)
 class Options(Rule):
     values: Tuple[Any, ...]
 
@@ -220,7 +237,7 @@ RULES: Mapping[str, Rule] = {
     "n_fetch": Integer(1),
     "n_push": Integer(1),
     "lr": Real(0, None, "neither"),
-    "hidden": Integer(1),
+    "hidden": Widths(1),
     "m": Integer(1),
 }
 

@@ -448,8 +448,17 @@ def _median_of(reports: Mapping[int, List[dict]], column: int) -> float:
     return float(np.median(np.concatenate(per))) if per else float("nan")
 
 
+def check_settings(model_cfg: Mapping[str, Any], n_features: int = 2, **settings) -> None:
+    """The checks of :func:`run_model_parallel` that need no data or cluster (one-line ValueError):
+    its integer settings, and that the model's hidden layers have at least n_partitions units."""
+    _check(**{k: v for k, v in settings.items() if k in _RULES})
+    Partitioning(build_model(model_cfg, n_features, 1), settings.get("n_partitions", 2))
+
+
+_RULES = {"n_partitions": Integer(1), "n_replicas": Integer(1), "steps_per_round": Integer(1),
+          "warmup_rounds": Integer(0), "max_restarts": Integer(0), "blas_threads": Integer(1),
+          "shards_on": Options(SHARD_PLACEMENTS), "max_steps": Either(None, Integer(1))}
+
+
 def _check(**values) -> None:
-    check_params("model parallelism", rules={
-        "n_partitions": Integer(1), "n_replicas": Integer(1), "steps_per_round": Integer(1),
-        "warmup_rounds": Integer(0), "max_restarts": Integer(0), "blas_threads": Integer(1),
-        "shards_on": Options(SHARD_PLACEMENTS), "max_steps": Either(None, Integer(1))}, **values)
+    check_params("model parallelism", rules=_RULES, **values)
