@@ -15,13 +15,17 @@ from typing import Any, Dict, List, Mapping, Optional
 from rich.table import Table
 
 CURVES = ("step_s", "samples_per_s")  # per-round curves in the arms' view, besides the loss
-COLUMNS = ("step_s", "samples_per_s", "bytes_per_step")  # per-run numbers in the arms' view
-RUN_COUNTERS = ("step_s", "samples_per_s", "bytes_per_step", "warmup_s")  # counters logged as per-run metrics
+# counter -> per-run metric (medians over the steps after warm-up; not the curves' own names, which
+# MLflow would show as the curve's last point)
+RUN_METRICS = {"step_s": "step_s_median", "samples_per_s": "samples_per_s_median",
+               "bytes_per_step": "bytes_per_step", "warmup_s": "warmup_step_s"}
+COLUMNS = ("step_s_median", "samples_per_s_median", "bytes_per_step")  # per-run numbers in the arms' view
 
 
 def run_metrics(counters: Mapping[str, Any]) -> Dict[str, float]:
-    """The per-run metrics of a model-parallel arm (medians over its measured steps)."""
-    return {k: float(counters[k]) for k in RUN_COUNTERS if k in counters and not math.isnan(float(counters[k]))}
+    """The per-run metrics of a model-parallel arm."""
+    return {name: float(counters[k]) for k, name in RUN_METRICS.items()
+            if k in counters and not math.isnan(float(counters[k]))}
 
 
 def _shape(settings: Mapping[str, Any]) -> str:

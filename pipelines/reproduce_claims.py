@@ -195,6 +195,37 @@ def db_killed(r: Results) -> Tuple[str, bool]:
     return text, bool(killed) and s.reached
 
 
+def _step(r: Results, arm: str) -> Mapping[str, Any]:
+    """A model-parallel arm's counters (median step time after warm-up, parameters, bytes per step)."""
+    return r["distbelief_model_parallel"].extras[arm]["counters"]
+
+
+def _partitioned(r: Results, size: str) -> Tuple[str, float, Mapping[str, Any]]:
+    """What K = 1, 2 (and 4, when it ran) measured for the model ``size`` (large, small); K = 2's ratio."""
+    one, two = _step(r, f"{size}_k1"), _step(r, f"{size}_k2")
+    ratio = two["step_s"] / one["step_s"]
+    text = (f"{one['n_params']:,} parameters: a step {one['step_s'] * 1e3:.1f} ms with K = 1, "
+            f"{two['step_s'] * 1e3:.1f} ms with K = 2 ({ratio:.2f}x)")
+    extras = r["distbelief_model_parallel"].extras
+    if f"{size}_k4" in extras:
+        four = _step(r, f"{size}_k4")
+        text += f", {four['step_s'] * 1e3:.1f} ms with K = 4 ({four['step_s'] / one['step_s']:.2f}x)"
+    text += (f"; {two['bytes_per_step'] / 1e6:.3f} MB sent per step with K = 2 (the widths give "
+             f"{two['bytes_per_step_predicted'] / 1e6:.3f}); medians of {two['steps_measured']} steps after warm-up, "
+             "2 workers of one BLAS thread")
+    return text, ratio, one
+
+
+def db_partitions_large(r: Results) -> Tuple[str, bool]:
+    text, ratio, one = _partitioned(r, "large")
+    return text, one["n_params"] >= 4_000_000 and ratio <= 0.7
+
+
+def db_partitions_small(r: Results) -> Tuple[str, bool]:
+    text, ratio, one = _partitioned(r, "small")
+    return text, one["n_params"] <= 50_000 and ratio >= 1.0
+
+
 # seed, claim, the run its line links to, the runs it reads, the measurement
 CLAIMS: List[Tuple[str, str, str, Tuple[str, ...], Callable[[Results], Tuple[str, bool]]]] = [
     ("DuHL", "Gap selection reaches the target at least 10x sooner than sequential streaming at a 25% budget, "
@@ -216,6 +247,11 @@ CLAIMS: List[Tuple[str, str, str, Tuple[str, ...], Callable[[Results], Tuple[str
     ("DistBelief", "More replicas reach the target sooner (1, 2, 4)", "distbelief", ("distbelief",), db_replicas),
     ("DistBelief", "Sandblaster L-BFGS reaches the target", "distbelief", ("distbelief",), db_sandblaster),
     ("DistBelief", "A replica killed mid-run does not stop training", "distbelief", ("distbelief",), db_killed),
+    ("DistBelief", "Model parallelism: cutting a large model (>= 4M parameters) across K = 2 workers speeds up its "
+                   "step (at most 0.7x the time of K = 1)", "distbelief_model_parallel",
+     ("distbelief_model_parallel",), db_partitions_large),
+    ("DistBelief", "... and not a small model's (<= 50,000 parameters): K = 2 is no faster than K = 1",
+     "distbelief_model_parallel", ("distbelief_model_parallel",), db_partitions_small),
 ]
 
 

@@ -280,9 +280,10 @@ def run_model_parallel(client, spec: DataSpec, model_cfg: Mapping[str, Any], *, 
 
     def lost(rep: _Replica, live: set) -> Optional[str]:
         """Why the replica cannot go on (None: it can)."""
-        for k, (where, task) in enumerate(zip(rep.workers, rep.tasks)):
+        for k, where in enumerate(rep.workers):  # a lost worker first: the other partitions fail from it
             if where not in live:
                 return f"partition {k}'s worker {where} was lost"
+        for k, task in enumerate(rep.tasks):
             if task.status == "error":
                 return f"partition {k} failed: {task.exception(timeout=timeout)!r}"[:300]
             if task.done():
@@ -329,17 +330,29 @@ def run_model_parallel(client, spec: DataSpec, model_cfg: Mapping[str, Any], *, 
         return {"staleness_mean": sum(p["stale_sum"] for p in got) / n if n else float("nan"),
                 "staleness_max": max(p["stale_max"] for p in got), "samples": got[0]["samples"]}
 
+    def check_replicas(attempts: Mapping[int, int], next_round: int) -> List[_Replica]:
+        """Rebuild the replicas (still at their ``attempts``) that lost a partition, to start at
+        round ``next_round``; returns those rebuilt."""
+        live = set(live_workers(client))
+        why = {rep.index: lost(rep, live) for rep in replicas}
+        broken = [rep for rep in replicas if why[rep.index] and rep.attempt == attempts[rep.index]]
+        return recover(broken, why, next_round) if broken else []
+
     def run_round(round_id: int, n_steps: int) -> tuple:
         """(wall time, {replica: [report per partition]}) of one round; replicas that fail are rebuilt."""
+        check_replicas({rep.index: rep.attempt for rep in replicas}, round_id)
         t0 = time.perf_counter()
+        waiting = {}
         for rep in replicas:
-            for inbox in rep.inboxes:
-                inbox.put(("go", round_id), n_steps)
-        waiting = {(rep.index, k): inbox.report(round_id, timeout + n_steps * timeout)
-                   for rep in replicas for k, inbox in enumerate(rep.inboxes)}
+            for k, inbox in enumerate(rep.inboxes):
+                try:
+                    inbox.put(("go", round_id), n_steps)
+                    waiting[(rep.index, k)] = inbox.report(round_id, timeout + n_steps * timeout)
+                except Exception:  # noqa: BLE001 - a lost inbox: the check below rebuilds its replica
+                    pass
         attempts = {rep.index: rep.attempt for rep in replicas}
         reports: Dict[int, Dict[int, dict]] = {}
-        last_check = 0.0
+        last_check = time.perf_counter()
         while waiting:
             for key in [key for key, f in waiting.items() if f.done()]:
                 try:
@@ -350,13 +363,9 @@ def run_model_parallel(client, spec: DataSpec, model_cfg: Mapping[str, Any], *, 
                     reports.setdefault(key[0], {})[key[1]] = report
             if time.perf_counter() - last_check > 0.1 or not waiting:
                 last_check = time.perf_counter()
-                live = set(live_workers(client))
-                why = {rep.index: lost(rep, live) for rep in replicas}
-                broken = [rep for rep in replicas if why[rep.index] and rep.attempt == attempts[rep.index]]
-                if broken:
-                    for rep in recover(broken, why, round_id + 1):
-                        waiting = {key: f for key, f in waiting.items() if key[0] != rep.index}
-                        reports.pop(rep.index, None)
+                for rep in check_replicas(attempts, round_id + 1):
+                    waiting = {key: f for key, f in waiting.items() if key[0] != rep.index}
+                    reports.pop(rep.index, None)
             time.sleep(0.001)
         wall = time.perf_counter() - t0
         train_s["total"] += wall

@@ -13,6 +13,13 @@ from pipelines.reproduce_claims import CLAIMS
 SIZES = ["data.n_samples=120", "data.n_features=40", "data.n_informative=5"]
 DUHL = ["experiment=default", *SIZES, "experiment.target_rel_gap=1e-4", "experiment.max_time=5"]
 ONLY_GAP_AND_SEQUENTIAL = ["~experiment.arms.random", "~experiment.arms.resident", "experiment.baselines=[sequential]"]
+# the four arms the claims read, a few steps each, a model of a few units
+MODEL_PARALLEL_TINY = ["data.n_samples=400", "data.n_features=8", "data.n_informative=4", "model.hidden=[6,6]",
+                       "experiment.distbelief.n_eval=100", "cluster.memory_limit=0", "~experiment.arms.large_k4",
+                       "~experiment.arms.small_k4", "~experiment.arms.large_r2_k2",
+                       *[f"experiment.arms.{a}.{k}={v}" for a in ("large_k1", "large_k2", "small_k1", "small_k2")
+                         for k, v in (("steps_per_round", 2), ("max_steps", 4))],
+                       "experiment.arms.small_k1.model.hidden=[4,4]", "experiment.arms.small_k2.model.hidden=[4,4]"]
 TINY_RUNS = {
     "duhl": DUHL,
     "duhl_budget10": [*DUHL, "device.memory_budget=0.1", *ONLY_GAP_AND_SEQUENTIAL],
@@ -32,6 +39,7 @@ TINY_RUNS = {
                    "experiment.arms.adagrad_killed.kill_worker_after_s=0.3",
                    "experiment.arms.adagrad_killed.max_time=1.5", "experiment.arms.sandblaster_lbfgs.max_time=1.5",
                    "cluster.memory_limit=0"],
+    "distbelief_model_parallel": ["experiment=distbelief_model_parallel", *MODEL_PARALLEL_TINY],
 }
 
 

@@ -1,0 +1,101 @@
+"""Model parallelism on a LocalCluster of 2 worker processes: a replica's partitions on their
+own workers, the parameter server sharded along them.
+
+Oracles: plain sequential Adagrad SGD on the whole network (no partitions, no Dask: the
+rule of solvers.distbelief.rules applied to model.loss_grad, minibatches drawn as a replica
+draws them), and the bytes the layer widths give (a closed form written here). Every wait in
+the code under test has a timeout; the runs are bounded by max_steps.
+"""
+
+import os
+import time
+
+import numpy as np
+import pytest
+
+from solvers.distbelief.downpour import minibatches
+from solvers.distbelief.rules import make_rule
+from tasks.data import SphereData, load_dataset
+from tasks.distbelief.common import build_model, data_spec, live_workers, load_rows
+from tasks.distbelief.model_parallel import run_model_parallel
+
+pytestmark = [pytest.mark.distributed, pytest.mark.timeout(180)]
+MODEL = {"name": "mlp", "hidden": [5, 7], "alpha": 1e-3}  # widths 2 and 3 partitions do not divide
+B, LR, SEED = 16, 0.3, 2
+
+
+@pytest.fixture(scope="module")
+def spec(tmp_path_factory):
+    ds = load_dataset(SphereData(n_samples=500, n_features=6, n_informative=3), tmp_path_factory.mktemp("cache"))
+    return data_spec(ds)
+
+
+def adagrad_sgd(spec, w, streams):
+    """Sequential Adagrad from w: for each (seed, n_steps) in ``streams``, n_steps minibatches
+    drawn with that seed (a replica's stream of rows); one rule state throughout."""
+    X, y = load_rows(spec, "mlp", 0, spec.n_train)
+    model = build_model(MODEL, spec.n_features, spec.n_train)
+    w, rule = np.array(w, dtype=float), make_rule("adagrad", w.size, LR)
+    for seed, n_steps in streams:
+        batches = minibatches(X.shape[0], B, seed)
+        for _ in range(n_steps):
+            rows = next(batches)
+            rule.apply(w, model.loss_grad(w, X[rows], y[rows])[1])
+    return w
+
+
+@pytest.mark.parametrize("K", [2, 3])
+def test_partitioned_replica_equals_sequential_adagrad_and_sends_the_predicted_bytes(dask_client, spec, K):
+    result = run_model_parallel(dask_client, spec, MODEL, n_partitions=K, rule="adagrad", lr=LR, batch_size=B,
+                                steps_per_round=5, max_steps=15, seed=SEED, n_eval=100, timeout=30)
+    model = build_model(MODEL, spec.n_features, spec.n_train)
+    expected = adagrad_sgd(spec, model.init(SEED), [(SEED, 15)])
+    assert result.status == "max_steps"
+    np.testing.assert_allclose(result.w, expected, rtol=1e-10, atol=1e-12)
+    predicted = 2 * 8 * B * ((K - 1) * 5 + 7 - (-(-7 // K)))  # layer 1 to all others; layer 2 to partition 0
+    assert result.counters["bytes_per_step"] == predicted == result.counters["bytes_per_step_predicted"]
+    assert result.trace["bytes_sent"].iloc[-1] == 15 * predicted
+    assert result.counters["blas_threads"] == [1]  # threadpoolctl: one BLAS thread per partition
+    assert result.trace["samples"].iloc[-1] == 15 * B and result.failures == []
+
+
+def test_two_replicas_of_two_partitions_train_together(dask_client, spec):
+    result = run_model_parallel(dask_client, spec, MODEL, n_partitions=2, n_replicas=2, rule="adagrad", lr=LR,
+                                batch_size=B, steps_per_round=10, max_steps=30, seed=SEED, n_eval=200, timeout=30)
+    trace = result.trace
+    assert (trace["replicas"] == 2).all() and trace["samples"].iloc[-1] == 2 * 30 * B
+    assert trace["train_loss"].iloc[-1] < trace["train_loss"].iloc[0]
+    assert result.counters["bytes_per_step"] == 2 * 8 * B * (5 + 7 - 4)
+
+
+def test_a_lost_partition_worker_is_rebuilt_from_the_parameter_server_and_training_goes_on(dask_client, spec,
+                                                                                          tmp_path):
+    """The worker holding partition 1 (and shard 1, snapshotted at every push) dies between
+    rounds 0 and 1: shard 1 comes back from its snapshot, the replica is rebuilt from the
+    shards before round 1 and goes on with a fresh stream of rows: nothing learnt is lost."""
+    where = {}
+
+    def kill_after_first_round(row):
+        if row["round"] == 0:
+            victim = where["partitions"][(0, 1)]
+            assert victim != where["partitions"][(0, 0)] and where["shards"][1] == victim
+            try:  # the worker dies before it can answer
+                dask_client.run(os._exit, 1, workers=[victim], on_error="ignore")
+            except Exception:  # noqa: BLE001
+                pass
+            deadline = time.monotonic() + 30
+            while victim in live_workers(dask_client) and time.monotonic() < deadline:
+                time.sleep(0.05)  # until the scheduler knows: round 1 then starts with the replica rebuilt
+
+    result = run_model_parallel(dask_client, spec, MODEL, n_partitions=2, rule="adagrad", lr=LR, batch_size=B,
+                                steps_per_round=5, max_steps=20, seed=SEED, n_eval=100, timeout=30,
+                                snapshot_dir=str(tmp_path), snapshot_every=1, on_start=where.update,
+                                callback=kill_after_first_round)
+    whats = [f["what"] for f in result.failures]
+    assert any("was lost" in w for w in whats) and "shard 1 restarted from its snapshot" in whats, whats
+    assert result.status == "max_steps" and result.counters["restarts"] >= 1
+    assert list(result.trace["replicas"]) == [1, 1, 1, 1]
+    model = build_model(MODEL, spec.n_features, spec.n_train)
+    # the replica's first stream for round 0, then (rebuilt: attempt 1) a fresh one for rounds 1 to 3
+    expected = adagrad_sgd(spec, model.init(SEED), [(SEED, 5), (SEED + 10007, 15)])
+    np.testing.assert_allclose(result.w, expected, rtol=1e-10, atol=1e-12)
