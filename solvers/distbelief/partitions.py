@@ -99,11 +99,11 @@ class Partitioning:
         """The K local vectors of the flat vector ``w``."""
         return [w[i] for i in self._index]
 
-    def join(self, parts) -> np.ndarray:
+    def join(self, parts, xp=np):
         """The flat vector of the K local vectors (the inverse of :meth:`split`)."""
-        w = np.empty(self.model.n_params, dtype=np.result_type(*[np.asarray(p).dtype for p in parts]))
+        w = xp.empty(self.model.n_params, dtype=parts[0].dtype)
         for i, p in zip(self._index, parts):
-            w[i] = p
+            w[xp.asarray(i)] = p
         return w
 
     # -- the phases of a step and their messages ----------------------------------
@@ -255,4 +255,4 @@ def partitioned_loss_grad(partitioning: Partitioning, w, X, y, xp=np) -> Tuple[f
         inbox.update(outgoing)
     assert not inbox, f"messages nobody read: {sorted(inbox)}"
     shares = [part.finish() for part in parts]
-    return sum(s for s, _ in shares), partitioning.join([g for _, g in shares]), sent
+    return sum(s for s, _ in shares), partitioning.join([g for _, g in shares], xp), sent

@@ -108,6 +108,27 @@ class Inbox:
         self._events.setdefault(round_id, asyncio.Event()).set()
 
 
+class _ShardLink:
+    """A partition's shard: called in-process when the shard lives on the partition's worker (as
+    Dask's actors call an actor on their own worker), else through the actor. In-process, a fetch
+    or a push of a few million parameters is a copy, not a trip through the worker's sockets."""
+
+    def __init__(self, shard, timeout: float):
+        from distributed import get_worker
+
+        self.shard, self.timeout = shard, timeout
+        self.here = get_worker().state.actors.get(shard.key)  # ParamShard locks its own state
+
+    def fetch(self):
+        return self.here.fetch() if self.here is not None else self.shard.fetch().result(timeout=self.timeout)
+
+    def push(self, g, token: int, n_samples: int) -> None:
+        if self.here is not None:
+            self.here.push(g, token, n_samples)
+        else:
+            self.shard.push(g, token, n_samples).result(timeout=self.timeout)
+
+
 def _check_sends(sends: List[Any]) -> List[Any]:
     """The sends not yet acknowledged; raises the error of one that failed (a lost peer)."""
     pending = []
@@ -129,6 +150,7 @@ def partition_loop(name: str, replica: int, k: int, n_partitions: int, shard, pe
 
     secede()  # long-running: the worker's thread slot stays free for the actors' set-up
     inbox = _INBOXES[name]
+    server = _ShardLink(shard, timeout)
     X, y = materialize(rows)
     model = build_model(model_cfg, spec.n_features, spec.n_train)
     partitioning = Partitioning(model, n_partitions)
@@ -147,7 +169,7 @@ def partition_loop(name: str, replica: int, k: int, n_partitions: int, shard, pe
                 n_steps = inbox.take(("go", round_id), IDLE_S)
             except StopPartition:
                 if acc is not None:  # what n_push held back goes to the server, as Downpour's flush
-                    shard.push(acc, token, n_acc if k == 0 else 0).result(timeout=timeout)
+                    server.push(acc, token, n_acc if k == 0 else 0)
                 break
             times = np.zeros((n_steps, 3))  # step, waiting for peers, with the parameter server
             losses = np.zeros(n_steps)
@@ -155,7 +177,7 @@ def partition_loop(name: str, replica: int, k: int, n_partitions: int, shard, pe
             for i in range(n_steps):
                 t0 = time.perf_counter()
                 if w is None or step % n_fetch == 0:
-                    w, token, _ = shard.fetch().result(timeout=timeout)
+                    w, token, _ = server.fetch()
                 t_ps = time.perf_counter() - t0
                 batch = next(batches)
                 part.start(w, X[batch], y[batch])
@@ -173,7 +195,7 @@ def partition_loop(name: str, replica: int, k: int, n_partitions: int, shard, pe
                 step += 1
                 if step % n_push == 0:
                     t1 = time.perf_counter()
-                    shard.push(acc, token, n_acc if k == 0 else 0).result(timeout=timeout)
+                    server.push(acc, token, n_acc if k == 0 else 0)
                     t_ps += time.perf_counter() - t1
                     acc, n_acc = None, 0
                 sends = _check_sends(sends)
@@ -366,7 +388,7 @@ def run_model_parallel(client, spec: DataSpec, model_cfg: Mapping[str, Any], *, 
                 for rep in check_replicas(attempts, round_id + 1):
                     waiting = {key: f for key, f in waiting.items() if key[0] != rep.index}
                     reports.pop(rep.index, None)
-            time.sleep(0.001)
+            time.sleep(0.002)  # (the partitions time their steps; this only ends the round)
         wall = time.perf_counter() - t0
         train_s["total"] += wall
         return wall, {r: [got[k] for k in sorted(got)] for r, got in reports.items() if len(got) == K}

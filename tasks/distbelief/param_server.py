@@ -15,6 +15,7 @@ fetch / push across shards for Downpour, and the ``ops`` L-BFGS needs
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -26,11 +27,16 @@ TIMEOUT_S = 30.0  # no call to a shard waits longer
 
 
 class ParamShard:
-    """One shard: parameters [start, stop) of the model (runs inside a Dask Actor)."""
+    """One shard: parameters [start, stop) of the model (runs inside a Dask Actor).
+
+    Downpour's calls (fetch, push, stats, snapshot) hold a lock: besides the actor's thread,
+    a model-parallel partition on the shard's own worker calls them in-process
+    (``tasks.distbelief.model_parallel``)."""
 
     def __init__(self, index: int, w0, mask, rule: str = "adagrad", lr: float = 0.1,
                  snapshot_dir: Optional[str] = None, snapshot_every: int = 0):
         self.index = index
+        self._lock = threading.Lock()
         self.w = np.array(w0, dtype=float)
         self.mask = np.array(mask, dtype=float)
         self.rule = make_rule(rule, self.w.size, lr)
@@ -48,26 +54,29 @@ class ParamShard:
 
     # -- Downpour -------------------------------------------------------------
     def fetch(self):
-        return self.w.copy(), self.version, self.stop
+        with self._lock:
+            return self.w.copy(), self.version, self.stop
 
     def push(self, g, fetched_version: int, n_samples: int = 0) -> int:
-        stale = self.version - int(fetched_version)
-        self.rule.apply(self.w, np.asarray(g))
-        self.version += 1
-        self.samples += int(n_samples)
-        self._stale_sum += stale
-        self._stale_n += 1
-        self._stale_max = max(self._stale_max, stale)
-        if self.snapshot_every and self.version % self.snapshot_every == 0:
-            self.snapshot()
-        return stale
+        with self._lock:
+            stale = self.version - int(fetched_version)
+            self.rule.apply(self.w, np.asarray(g))
+            self.version += 1
+            self.samples += int(n_samples)
+            self._stale_sum += stale
+            self._stale_n += 1
+            self._stale_max = max(self._stale_max, stale)
+            if self.snapshot_every and self.version % self.snapshot_every == 0:
+                self._write_snapshot()
+            return stale
 
     def stats(self, reset: bool = True) -> dict:
-        out = {"version": self.version, "samples": self.samples, "stale_sum": self._stale_sum,
-               "stale_n": self._stale_n, "stale_max": self._stale_max, "resumed": self.resumed}
-        if reset:
-            self._reset_stats()
-        return out
+        with self._lock:
+            out = {"version": self.version, "samples": self.samples, "stale_sum": self._stale_sum,
+                   "stale_n": self._stale_n, "stale_max": self._stale_max, "resumed": self.resumed}
+            if reset:
+                self._reset_stats()
+            return out
 
     def set_stop(self, flag: bool = True) -> None:
         self.stop = bool(flag)
@@ -76,6 +85,10 @@ class ParamShard:
         self._stale_sum, self._stale_n, self._stale_max = 0, 0, 0
 
     def snapshot(self) -> None:
+        with self._lock:
+            self._write_snapshot()
+
+    def _write_snapshot(self) -> None:
         if self.snapshot_path is None:
             return
         self.snapshot_path.parent.mkdir(parents=True, exist_ok=True)

@@ -128,3 +128,17 @@ def test_a_part_runs_its_phases_with_messages_from_the_others_only():
                 sent[(j, part.k)] = message
         pending = sent
     assert pending == {}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("K", [1, 3])
+def test_partitioned_pass_on_the_gpu_equals_the_cpu(K):
+    import cupy
+
+    X, y, model, w = data(([5, 7], "tanh", "logistic", 2))
+    loss, grad = model.loss_grad(w, X, y)
+    g_loss, g_grad, sent = partitioned_loss_grad(Partitioning(model, K), cupy.asarray(w), cupy.asarray(X),
+                                                 cupy.asarray(y), xp=cupy)
+    assert abs(g_loss - loss) <= 1e-12 * max(1.0, abs(loss))
+    np.testing.assert_allclose(cupy.asnumpy(g_grad), grad, rtol=0, atol=1e-12 * max(1.0, np.abs(grad).max()))
+    assert sent == Partitioning(model, K).bytes_per_step(X.shape[0])

@@ -1,0 +1,121 @@
+"""DistBelief's model parallelism: a replica's step with K partitions against K = 1, side by side.
+
+    python -m benchmarks.distbelief_model_parallel                  # large_k1, large_k2, small_k1, small_k2, 3 repeats
+    python -m benchmarks.distbelief_model_parallel --arms all       # every arm of the preset (K = 4, 2 x 2 too)
+    python -m benchmarks.distbelief_model_parallel --repeats 5 --steps-scale 2
+
+The arms are those of ``experiment=distbelief_model_parallel`` (composed from conf/, so the
+data, the two model sizes, the minibatch and the rates are the preset's), run by
+``tasks.distbelief.model_parallel.run_model_parallel`` on a LocalCluster of 2 worker processes
+of one thread each (each partition pins BLAS to one thread with threadpoolctl; K = 1 runs on
+one worker). Each run's first round is warm-up, left out; its step time is the median of its
+other steps (a step takes as long as the replica's slowest partition). The arms are
+interleaved (large_k1, large_k2, small_k1, small_k2, large_k1, ...) ``--repeats`` times so
+that the load of a shared machine hits them alike; reported: each arm's median over the
+repeats, and each K > 1 arm's step over its K = 1 arm's, per repeat and the median, with the
+load average before and after. No MLflow: ``make reproduce`` and the preset log the curves.
+"""
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from pipelines.config import register_configs
+from pipelines.distbelief import plan
+from pipelines.distbelief_steps import baseline_of
+from pipelines.tracking import PROJECT_ROOT
+from tasks.cluster import connect
+from tasks.data import load_dataset, resolve_path
+from tasks.distbelief.common import build_model, data_spec
+from tasks.distbelief.model_parallel import run_model_parallel
+
+DEFAULT_ARMS = ("large_k1", "large_k2", "small_k1", "small_k2")
+
+
+def preset(overrides):
+    register_configs()
+    with initialize_config_dir(config_dir=str(PROJECT_ROOT / "conf"), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=["experiment=distbelief_model_parallel", *overrides])
+    return cfg, plan(cfg)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--arms", default=",".join(DEFAULT_ARMS), help="arm names of the preset, or 'all'")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--steps-scale", type=float, default=1.0, help="multiply each arm's max_steps")
+    parser.add_argument("--out", default=None, help="write the numbers as JSON here")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides of the preset (e.g. model.hidden=[1024,1024])")
+    args = parser.parse_args()
+    cfg, p = preset(args.overrides)
+    names = list(p["arms"]) if args.arms == "all" else args.arms.split(",")
+    unknown = sorted(set(names) - set(p["arms"]))
+    if unknown:
+        raise SystemExit(f"Error: arm(s) {unknown} are not in the preset: {sorted(p['arms'])}")
+    dataset = load_dataset(p["data"], resolve_path(cfg.cache_dir, PROJECT_ROOT), PROJECT_ROOT)
+    db = p["settings"]
+    spec = data_spec(dataset, db["test_fraction"], db["shuffle_seed"])
+    load_before = os.getloadavg()
+    started = time.perf_counter()
+    steps = {name: [] for name in names}
+    counters = {}
+    with connect(OmegaConf.to_container(cfg.cluster, resolve=True)) as client:
+        for repeat in range(args.repeats):
+            for name in names:
+                kwargs = dict(p["arms"][name])
+                kwargs.pop("algo")
+                model = kwargs.pop("model", p["model"])
+                kwargs["max_steps"] = max(2 * kwargs["steps_per_round"],
+                                          int(round(kwargs["max_steps"] * args.steps_scale)))
+                kwargs["max_time"] = 10 * kwargs["max_time"]  # the steps end an arm, not the clock
+                result = run_model_parallel(client, spec, model, **kwargs)
+                steps[name].append(result.counters["step_s"])
+                counters[name] = result.counters
+                print(f"repeat {repeat + 1}/{args.repeats} {name}: step {result.counters['step_s'] * 1e3:.1f} ms "
+                      f"(median of {result.counters['steps_measured']}), load {os.getloadavg()[0]:.2f}", flush=True)
+    load_after = os.getloadavg()
+    rows = []
+    for name in names:
+        base = baseline_of(name, {n: p["arms"][n] for n in names})
+        ratios = [s / b for s, b in zip(steps[name], steps[base])] if base and base != name else []
+        c = counters[name]
+        rows.append({"arm": name, "parameters": build_model(p["arms"][name].get("model", p["model"]),
+                                                           spec.n_features, 1).n_params,
+                     "K": c["n_partitions"], "R": c["n_replicas"],
+                     "step_ms": statistics.median(steps[name]) * 1e3,
+                     "step_ms_each": [round(s * 1e3, 1) for s in steps[name]],
+                     "vs_K1": statistics.median(ratios) if ratios else None,
+                     "vs_K1_each": [round(r, 3) for r in ratios], "samples_per_s": c["samples_per_s"],
+                     "MB_per_step": c["bytes_per_step"] / 1e6, "MB_predicted": c["bytes_per_step_predicted"] / 1e6,
+                     "steps_measured": c["steps_measured"], "blas_threads": c["blas_threads"]})
+    print(f"\n### Model parallelism: one replica's step ({args.repeats} repeats, arms interleaved; "
+          f"{time.strftime('%Y-%m-%d %H:%M')})\n")
+    print(f"{platform.node()}, {os.cpu_count()} cores; load average (1, 5, 15 min) "
+          f"{', '.join(f'{x:.2f}' for x in load_before)} before, {', '.join(f'{x:.2f}' for x in load_after)} after; "
+          f"{time.perf_counter() - started:.0f}s\n")
+    print("| arm | parameters | K | R | step (ms), median | each repeat | vs K = 1, median | each repeat | "
+          "samples/s | MB sent/step (predicted) |")
+    print("|---|---:|---:|---:|---:|---|---:|---|---:|---:|")
+    for r in rows:
+        vs = f"{r['vs_K1']:.2f}x" if r["vs_K1"] is not None else "-"
+        print(f"| {r['arm']} | {r['parameters']:,} | {r['K']} | {r['R']} | {r['step_ms']:.1f} | {r['step_ms_each']} | "
+              f"{vs} | {r['vs_K1_each'] or '-'} | {r['samples_per_s']:.0f} | "
+              f"{r['MB_per_step']:.3f} ({r['MB_predicted']:.3f}) |")
+    if args.out:
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"rows": rows, "load_before": load_before, "load_after": load_after,
+                                   "repeats": args.repeats, "overrides": args.overrides}, indent=1))
+        os.replace(tmp, out)
+
+
+if __name__ == "__main__":
+    main()
