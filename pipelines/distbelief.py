@@ -1,7 +1,9 @@
 """A DistBelief experiment (``experiment.kind: distbelief``; Dean et al. 2012, Fig. 4-5):
 single-replica SGD, Downpour with a fixed rate, Downpour with Adagrad, Sandblaster
 L-BFGS on the same data and model: time and samples to a target training loss
-and to a target test accuracy.
+and to a target test accuracy. Model-parallel arms (``algo: model_parallel``, Fig. 3:
+an MLP's layers cut across K workers per replica) add a step-time table
+(:mod:`pipelines.distbelief_steps`); an arm's ``model`` changes the model for it alone.
 
 Fair rates: with ``experiment.distbelief.lr_grid`` set, every Downpour arm that does
 not fix its own ``lr`` is tuned on that grid with the same budget (``tune_samples``
@@ -12,9 +14,10 @@ its nanny restarts it and Downpour must carry on.
 
 :func:`plan` does every check that needs no data (one line, no run opened);
 :func:`run` opens the cluster, runs each arm (``experiment.arms``: an ``algo``
-of ``downpour`` / ``sandblaster`` and that runner's keyword arguments) in a
+of ``downpour`` / ``sandblaster`` / ``model_parallel`` and that runner's keyword arguments) in a
 nested MLflow run with its curves (time_s, samples, train_loss, test_accuracy,
-staleness_mean, staleness_max), and reports with ``pipelines.report``.
+staleness_mean, staleness_max; model-parallel arms also step_s, samples_per_s, bytes_sent),
+and reports with ``pipelines.report``.
 """
 
 from __future__ import annotations

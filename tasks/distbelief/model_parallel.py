@@ -252,6 +252,7 @@ def run_model_parallel(client, spec: DataSpec, model_cfg: Mapping[str, Any], *, 
     failures: List[dict] = []
     rows: List[dict] = []
     shard_futures: List[Any] = [None] * K
+    inputs: List[Any] = []  # the shards' starting values, scattered
     shards: List[Any] = [None] * K
     shard_workers: List[str] = [""] * K
     replicas = [_Replica(r) for r in range(R)]
@@ -259,9 +260,12 @@ def run_model_parallel(client, spec: DataSpec, model_cfg: Mapping[str, Any], *, 
     started = time.perf_counter()
 
     def start_shard(k: int, where: str) -> None:
-        shard_futures[k] = client.submit(ParamShard, k, w0_parts[k], mask_parts[k], rule, lr, snapshot_dir,
-                                         snapshot_every, actor=True, workers=[where], allow_other_workers=False,
-                                         pure=False)
+        # the starting values go straight to the worker (tens of MB would make a large graph); held
+        # until the end: releasing a shard's inputs would release the shard
+        held = client.scatter([w0_parts[k], mask_parts[k]], workers=[where], direct=True, hash=False)
+        inputs.extend(held)
+        shard_futures[k] = client.submit(ParamShard, k, *held, rule, lr, snapshot_dir, snapshot_every, actor=True,
+                                         workers=[where], allow_other_workers=False, pure=False)
         shards[k] = shard_futures[k].result(timeout=timeout)
         shard_workers[k] = where
 
@@ -452,8 +456,7 @@ def run_model_parallel(client, spec: DataSpec, model_cfg: Mapping[str, Any], *, 
     finally:
         ends = [end for rep in replicas for end in stop_replica(rep, timeout)]
     w = read_w()
-    for f in shard_futures:
-        f.release()
+    client.cancel([*shard_futures, *inputs])
     trace = pd.DataFrame(rows)
     measured = trace[trace["warmup"] == 0]
     steps = np.concatenate(per_step) if per_step else np.array([])
