@@ -18,7 +18,7 @@ CURVES = ("step_s", "samples_per_s")  # per-round curves in the arms' view, besi
 # counter -> per-run metric (medians over the steps after warm-up; not the curves' own names, which
 # MLflow would show as the curve's last point)
 RUN_METRICS = {"step_s": "step_s_median", "samples_per_s": "samples_per_s_median",
-               "bytes_per_step": "bytes_per_step", "warmup_s": "warmup_step_s"}
+               "bytes_per_step": "bytes_per_step", "warmup_step_s": "warmup_step_s"}
 COLUMNS = ("step_s_median", "samples_per_s_median", "bytes_per_step")  # per-run numbers in the arms' view
 
 
@@ -57,7 +57,7 @@ def step_rows(arms: Mapping[str, Mapping[str, Any]], extras: Mapping[str, Mappin
         speedup = base_step / step if base_step and step and base != name else None
         rows.append({"arm": name, "run_id": extras[name].get("run_id", ""), "n_params": counters["n_params"],
                      "n_partitions": counters["n_partitions"], "n_replicas": counters["n_replicas"],
-                     "step_s": step, "warmup_s": counters.get("warmup_s", math.nan),
+                     "step_s": step, "warmup_step_s": counters.get("warmup_step_s", math.nan),
                      "steps_measured": counters.get("steps_measured", 0),
                      "samples_per_s": counters["samples_per_s"], "bytes_per_step": counters["bytes_per_step"],
                      "bytes_predicted": counters["bytes_per_step_predicted"],
@@ -75,7 +75,7 @@ def table(rows: List[dict]) -> Table:
     for r in rows:
         ratio = f"{1 / r['speedup']:.2f}x" if r["speedup"] else "-"
         t.add_row(r["arm"], f"{r['n_params']:,}", str(r["n_partitions"]), str(r["n_replicas"]),
-                  f"{r['step_s']:.4f}", str(r["steps_measured"]), f"{r['warmup_s']:.4f}", ratio,
+                  f"{r['step_s']:.4f}", str(r["steps_measured"]), f"{r['warmup_step_s']:.4f}", ratio,
                   f"{r['samples_per_s']:.0f}", f"{r['bytes_per_step'] / 1e6:.3f}", f"{r['bytes_predicted'] / 1e6:.3f}")
     return t
 

@@ -41,10 +41,9 @@ SWEEP_KEYS_ENV = "DUHL_SWEEP_KEYS"  # the keys a multirun sweeps over (JSON list
 EXPERIMENT_NOTE = ("duhl-lab: a run per comparison, its arms nested under it (+); its description holds the "
                    "verdict. Sweeps nest their comparisons.")
 # The per-round names of ARCHITECTURE.md's vocabulary; other trace columns go to the CSV only.
-ROUND_METRICS = ("time_s", "epoch", "primal", "dual", "gap", "rel_gap", "bytes_h2d", "swaps",
-                 "bits_sent", "suboptimality", "train_loss", "test_accuracy", "staleness_mean",
-                 "samples", "staleness_max", "certified", "bytes_disk", "disk_s", "step_s", "samples_per_s",
-                 "bytes_sent")
+ROUND_METRICS = ("time_s", "epoch", "primal", "dual", "gap", "rel_gap", "bytes_h2d", "swaps", "bits_sent",
+                 "suboptimality", "train_loss", "test_accuracy", "staleness_mean", "samples", "staleness_max",
+                 "certified", "bytes_disk", "disk_s", "step_s", "samples_per_s", "bytes_sent")
 # Logged beside them as log10_<name>: the UI's log axis reads ticks below 1e-6 as "0".
 LOG10_METRICS = ("rel_gap", "suboptimality")
 # In a row with certified = 0 these are estimates (stale gaps): logged as <name>_estimate.

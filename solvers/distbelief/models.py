@@ -246,12 +246,12 @@ class MLP(Model):
         loss, dz = self.output_loss(z, y, xp)
         dz = dz[:, None] if self.output == "logistic" else dz
         grads = []
-        for l in range(len(layers) - 1, -1, -1):
-            a_in = acts[l - 1] if l > 0 else X
-            W, _ = layers[l]
+        for i in range(len(layers) - 1, -1, -1):  # layer i + 1, its input a_i (a_0 = X)
+            a_in = acts[i - 1] if i > 0 else X
+            W, _ = layers[i]
             grads.append((xp.asarray(a_in.T @ dz).ravel(), dz.sum(axis=0)))
-            if l > 0:
-                dz = (dz @ W.T) * activation_slope(self.activation, acts[l - 1], xp)
+            if i > 0:
+                dz = (dz @ W.T) * activation_slope(self.activation, acts[i - 1], xp)
         return loss, xp.concatenate([part for pair in reversed(grads) for part in pair])
 
     def predict(self, w, X, xp=np):

@@ -1,8 +1,9 @@
 """DistBelief's model parallelism on Dask, combined with Downpour: R replicas x K partitions.
 
 A replica is K partitions (``solvers.distbelief.partitions``), each a long-running task on
-its own worker holding its blocks of every layer, with an :class:`Inbox` (a Dask Actor
-beside it) where its peers put the activations and gradients it waits for. The parameter
+its own worker holding its blocks of every layer (``tasks.distbelief.partition``), with an
+inbox (a Dask Actor beside it) where its peers put the activations and gradients it waits
+for. The parameter
 server is K shards (``tasks.distbelief.param_server.ParamShard``, Adagrad or a fixed rate
 per shard as in Downpour), cut along the same partitions: partition k of every replica
 fetches from and pushes to shard k only, as the paper's model partitions talk only to the
@@ -23,186 +24,19 @@ from the parameter server (they hold only copies), and training goes on.
 
 from __future__ import annotations
 
-import asyncio
-import threading
 import time
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
 import numpy as np
 import pandas as pd
 
-from solvers.distbelief.downpour import minibatches
-from solvers.distbelief.partitions import Part, Partitioning
+from solvers.distbelief.partitions import Partitioning
 from solvers.glm.checks import Either, Integer, Options, check_params
 from tasks.distbelief.common import DataSpec, DistBeliefResult, build_model, eval_rows, live_workers, rows_ref
 from tasks.distbelief.param_server import TIMEOUT_S, ParamShard
-from tasks.parts import materialize
+from tasks.distbelief.partition import Inbox, partition_loop
 
-IDLE_S = 600.0  # how long a partition waits for the driver's next round before it gives up
 SHARD_PLACEMENTS = ("partitions", "first")
-_INBOXES: Dict[str, "Inbox"] = {}  # name -> a partition's inbox, per worker process
-
-
-class StopPartition(Exception):
-    """The driver closed the partition's inbox."""
-
-
-class Inbox:
-    """The mailbox of one partition, a Dask Actor on the partition's worker.
-
-    Peers and the driver call its coroutines (``put``, ``close``, ``report``): they run on
-    the worker's event loop, never queued behind a thread busy computing. The partition's
-    task, on the same worker process, takes what it waits for with :meth:`take` and posts
-    a round's timings with :meth:`done`.
-    """
-
-    def __init__(self, name: str):
-        from distributed import get_worker
-
-        self.name = name
-        self._loop = get_worker().loop  # add_callback is thread-safe
-        self._items: Dict[Any, Any] = {}
-        self._cv = threading.Condition()
-        self._closed = False
-        self._reports: Dict[int, dict] = {}
-        self._events: Dict[int, asyncio.Event] = {}
-        _INBOXES[name] = self
-
-    # -- called through the actor (event loop) --------------------------------------
-    async def put(self, tag, value) -> None:
-        with self._cv:
-            self._items[tag] = value
-            self._cv.notify_all()
-
-    async def close(self) -> None:
-        with self._cv:
-            self._closed = True
-            self._cv.notify_all()
-        _INBOXES.pop(self.name, None)
-
-    async def report(self, round_id: int, timeout: float) -> Optional[dict]:
-        """The partition's timings of round ``round_id`` once it ends (None after ``timeout`` s)."""
-        if round_id not in self._reports:
-            event = self._events.setdefault(round_id, asyncio.Event())
-            try:
-                await asyncio.wait_for(event.wait(), timeout)
-            except asyncio.TimeoutError:
-                return None
-        self._events.pop(round_id, None)
-        return self._reports.pop(round_id)
-
-    # -- called by the partition's task, in this process --------------------------------
-    def take(self, tag, timeout: float):
-        with self._cv:
-            if not self._cv.wait_for(lambda: tag in self._items or self._closed, timeout):
-                raise TimeoutError(f"partition {self.name} waited {timeout:g}s for message {tag}")
-            if self._closed:
-                raise StopPartition()
-            return self._items.pop(tag)
-
-    def done(self, round_id: int, report: dict) -> None:
-        self._reports[round_id] = report
-        self._loop.add_callback(self._signal, round_id)
-
-    def _signal(self, round_id: int) -> None:
-        self._events.setdefault(round_id, asyncio.Event()).set()
-
-
-class _ShardLink:
-    """A partition's shard: called in-process when the shard lives on the partition's worker (as
-    Dask's actors call an actor on their own worker), else through the actor. In-process, a fetch
-    or a push of a few million parameters is a copy, not a trip through the worker's sockets."""
-
-    def __init__(self, shard, timeout: float):
-        from distributed import get_worker
-
-        self.shard, self.timeout = shard, timeout
-        self.here = get_worker().state.actors.get(shard.key)  # ParamShard locks its own state
-
-    def fetch(self):
-        return self.here.fetch() if self.here is not None else self.shard.fetch().result(timeout=self.timeout)
-
-    def push(self, g, token: int, n_samples: int) -> None:
-        if self.here is not None:
-            self.here.push(g, token, n_samples)
-        else:
-            self.shard.push(g, token, n_samples).result(timeout=self.timeout)
-
-
-def _check_sends(sends: List[Any]) -> List[Any]:
-    """The sends not yet acknowledged; raises the error of one that failed (a lost peer)."""
-    pending = []
-    for ack in sends:
-        if ack.done():
-            ack.result()
-        else:
-            pending.append(ack)
-    return pending
-
-
-def partition_loop(name: str, replica: int, k: int, n_partitions: int, shard, peers: List[Any], spec: DataSpec,
-                   model_cfg: Mapping[str, Any], rows, batch_size: int, n_fetch: int, n_push: int, seed: int,
-                   blas_threads: int, timeout: float, first_round: int = 0) -> dict:
-    """Partition k of a replica (runs on a worker until its inbox is closed): rounds of steps,
-    the first one numbered ``first_round``."""
-    from distributed import secede
-    from threadpoolctl import threadpool_info, threadpool_limits
-
-    secede()  # long-running: the worker's thread slot stays free for the actors' set-up
-    inbox = _INBOXES[name]
-    server = _ShardLink(shard, timeout)
-    X, y = materialize(rows)
-    model = build_model(model_cfg, spec.n_features, spec.n_train)
-    partitioning = Partitioning(model, n_partitions)
-    part = Part(partitioning, k)
-    phases = partitioning.phases()
-    # a message is tagged with the phase that sends it; the phase after it reads it
-    plan = [(phase, str(phase), str(phases[i - 1]) if i else "", partitioning.senders(phase, k))
-            for i, phase in enumerate(phases)]
-    batches = minibatches(X.shape[0], batch_size, seed)  # the same seed, so the same rows, on every partition
-    step, w, token, acc, n_acc, sends = 0, None, 0, None, 0, []
-    with threadpool_limits(limits=blas_threads, user_api="blas"):
-        threads = sorted({int(p["num_threads"]) for p in threadpool_info() if p.get("user_api") == "blas"})
-        round_id = first_round
-        while True:
-            try:
-                n_steps = inbox.take(("go", round_id), IDLE_S)
-            except StopPartition:
-                if acc is not None:  # what n_push held back goes to the server, as Downpour's flush
-                    server.push(acc, token, n_acc if k == 0 else 0)
-                break
-            times = np.zeros((n_steps, 3))  # step, waiting for peers, with the parameter server
-            losses = np.zeros(n_steps)
-            sent = 0
-            for i in range(n_steps):
-                t0 = time.perf_counter()
-                if w is None or step % n_fetch == 0:
-                    w, token, _ = server.fetch()
-                t_ps = time.perf_counter() - t0
-                batch = next(batches)
-                part.start(w, X[batch], y[batch])
-                waited = 0.0
-                for phase, tag, before, senders in plan:
-                    t1 = time.perf_counter()
-                    received = {j: inbox.take((step, before, j), timeout) for j in senders}
-                    waited += time.perf_counter() - t1
-                    for j, message in part.run(phase, received).items():
-                        sends.append(peers[j].put((step, tag, k), message))
-                        sent += message.nbytes
-                losses[i], g = part.finish()
-                acc = g if acc is None else acc + g
-                n_acc += batch.size
-                step += 1
-                if step % n_push == 0:
-                    t1 = time.perf_counter()
-                    server.push(acc, token, n_acc if k == 0 else 0)
-                    t_ps += time.perf_counter() - t1
-                    acc, n_acc = None, 0
-                sends = _check_sends(sends)
-                times[i] = (time.perf_counter() - t0, waited, t_ps)
-            inbox.done(round_id, {"times": times, "losses": losses, "bytes": sent, "steps": step})
-            round_id += 1
-    return {"replica": replica, "partition": k, "steps": step, "blas_threads": threads}
 
 
 class _Replica:
@@ -397,8 +231,8 @@ def run_model_parallel(client, spec: DataSpec, model_cfg: Mapping[str, Any], *, 
         train_s["total"] += wall
         return wall, {r: [got[k] for k in sorted(got)] for r, got in reports.items() if len(got) == K}
 
-    def evaluate(round_id: int, wall: float, n_steps: int, reports: Dict[int, List[dict]], sent: Dict[str, float]
-                 ) -> dict:
+    def evaluate(round_id: int, wall: float, reports: Dict[int, List[dict]], sent: Dict[str, float]) -> dict:
+        """The round's row: its steps (as the partitions timed them), then the shards' parameters evaluated."""
         w = read_w()
         stats = shard_stats()
         step_times = [np.max([p["times"][:, 0] for p in rep], axis=0) for rep in reports.values()]
@@ -441,7 +275,7 @@ def run_model_parallel(client, spec: DataSpec, model_cfg: Mapping[str, Any], *, 
             n_steps = steps_per_round if max_steps is None else min(steps_per_round, max_steps - done_steps)
             wall, reports = run_round(round_id, n_steps)
             done_steps += n_steps
-            row = evaluate(round_id, wall, n_steps, reports, sent)
+            row = evaluate(round_id, wall, reports, sent)
             if round_id >= warmup_rounds:
                 per_step += [np.max([p["times"][:, 0] for p in rep], axis=0) for rep in reports.values()]
             round_id += 1
@@ -464,7 +298,7 @@ def run_model_parallel(client, spec: DataSpec, model_cfg: Mapping[str, Any], *, 
         "n_partitions": K, "n_replicas": R, "n_params": model.n_params, "rounds": len(rows),
         "steps": done_steps, "step_s": float(np.median(steps)) if steps.size else float("nan"),
         "steps_measured": int(steps.size),
-        "warmup_s": float(trace.loc[trace["warmup"] == 1, "step_s"].median()) if (trace["warmup"] == 1).any()
+        "warmup_step_s": float(trace.loc[trace["warmup"] == 1, "step_s"].median()) if (trace["warmup"] == 1).any()
         else float("nan"),
         "samples_per_s": float(measured["samples_per_s"].median()) if len(measured) else float("nan"),
         "bytes_per_step": float(measured["bytes_per_step"].median()) if len(measured) else float("nan"),

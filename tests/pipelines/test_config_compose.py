@@ -51,7 +51,8 @@ def _missing_peers(cfg):
 
 @pytest.mark.parametrize("group,option", options())
 def test_option_composes_and_plans(hydra_conf, group, option):
-    distbelief = (group, option) in (("model", "mlp"), ("experiment", "distbelief"))  # DistBelief only
+    distbelief = (group, option) in (("model", "mlp"), ("experiment", "distbelief"),
+                                     ("experiment", "distbelief_model_parallel"))  # DistBelief only
     extra = ["experiment=distbelief"] if distbelief else []
     if group == "cluster" and option != "none":  # a cluster runs replicated arms only
         extra = ["solver=cocoa", *(["cluster.address=tcp://127.0.0.1:8786"] if option == "remote" else [])]

@@ -63,8 +63,8 @@ def _results(large, small, n_large=4_724_737, n_small=4_401):
     def counters(step, n):
         return {"step_s": step, "n_params": n, "bytes_per_step": 1e6, "bytes_per_step_predicted": 1e6,
                 "steps_measured": 40}
-    extras = {"large_k1": {"counters": counters(large[0], n_large)}, "large_k2": {"counters": counters(large[1], n_large)},
-              "small_k1": {"counters": counters(small[0], n_small)}, "small_k2": {"counters": counters(small[1], n_small)}}
+    extras = {f"{size}_k{k}": {"counters": counters(steps[k - 1], n)}
+              for size, steps, n in (("large", large, n_large), ("small", small, n_small)) for k in (1, 2)}
     return {"distbelief_model_parallel": RunResults({}, extras=extras)}
 
 
