@@ -151,6 +151,8 @@ class Part:
         self.model = partitioning.model
         self.mask = xp.asarray(self.model.reg_mask()[partitioning.param_index(k)])
         self.n_params = int(partitioning.param_index(k).size)
+        # every step writes every entry (each block's weights and bias): one buffer for all steps
+        self.grad = xp.empty(self.n_params)
 
     def start(self, w_k, X, y) -> None:
         xp = self.xp
@@ -166,7 +168,6 @@ class Part:
             W = w_k[at: at + n_in * width].reshape(n_in, width)
             self.blocks[layer] = (W, w_k[at + n_in * width: at + n_in * width + width])
             at += n_in * width + width
-        self.grad = xp.zeros(self.n_params)
         self.inputs: Dict[int, object] = {1: X}  # layer -> its whole input a_{layer-1}
         self.own: Dict[int, object] = {}  # layer -> this partition's a_layer (or z at the output)
         self.shares: Dict[int, object] = {}  # layer -> this partition's share of d a_layer[:, units]
@@ -216,8 +217,11 @@ class Part:
                 d_a = d_a + extra
             dz = d_a * activation_slope(self.model.activation, self.own[layer], xp)
         gW, gb = self._grad_block(layer)
-        gW[...] = xp.asarray(self.inputs[layer].T @ dz)
-        gb[...] = dz.sum(axis=0)
+        if isinstance(self.inputs[layer], xp.ndarray):
+            xp.matmul(self.inputs[layer].T, dz, out=gW)
+        else:  # scipy.sparse inputs
+            gW[...] = xp.asarray(self.inputs[layer].T @ dz)
+        xp.sum(dz, axis=0, out=gb)
         if layer == 1:
             return {}
         d_in = dz @ W.T  # this partition's share of d a_{layer-1}, every unit of that layer
@@ -231,10 +235,16 @@ class Part:
         return out
 
     def finish(self) -> Tuple[float, object]:
-        """(this partition's share of the minibatch objective, the gradient of w_k)."""
-        penalty = 0.5 * self.model.alpha * float(self.xp.sum(self.mask * self.w * self.w))
+        """(this partition's share of the minibatch objective, the gradient of w_k). The gradient
+        is this Part's buffer: read it (or copy it) before the next :meth:`start`."""
+        alpha = self.model.alpha
+        penalized = self.mask * self.w  # (the mask is 0 or 1: mask w^2 = (mask w)^2)
+        penalty = 0.5 * alpha * float(self.xp.dot(penalized, penalized))
         loss = (self.data_loss / self.n if self.k == 0 else 0.0) + penalty
-        return loss, self.grad / self.n + self.model.alpha * self.mask * self.w
+        self.grad /= self.n
+        penalized *= alpha
+        self.grad += penalized
+        return loss, self.grad
 
 
 def partitioned_loss_grad(partitioning: Partitioning, w, X, y, xp=np) -> Tuple[float, np.ndarray, int]:

@@ -171,13 +171,16 @@ def partition_loop(name: str, replica: int, k: int, n_partitions: int, shard, pe
                     for j, message in part.run(phase, received).items():
                         sends.append(peers[j].put((step, tag, k), message))
                         sent += message.nbytes
-                losses[i], g = part.finish()
-                acc = g if acc is None else acc + g
+                losses[i], g = part.finish()  # (Part's buffer, overwritten by the next step)
+                if n_push > 1 and acc is None:  # summed in a buffer of our own until the push
+                    acc = g.copy()
+                elif n_push > 1:
+                    acc += g
                 n_acc += batch.size
                 step += 1
                 if step % n_push == 0:
                     t1 = time.perf_counter()
-                    server.push(acc, token, n_acc if k == 0 else 0)
+                    server.push(g if acc is None else acc, token, n_acc if k == 0 else 0)
                     t_ps += time.perf_counter() - t1
                     acc, n_acc = None, 0
                 sends = _check_sends(sends)

@@ -3,7 +3,8 @@ own workers, the parameter server sharded along them.
 
 Oracles: plain sequential Adagrad SGD on the whole network (no partitions, no Dask: the
 rule of solvers.distbelief.rules applied to model.loss_grad, minibatches drawn as a replica
-draws them), and the bytes the layer widths give (a closed form written here). Every wait in
+draws them; with n_fetch, n_push > 1, Downpour's single-process replica and server), and the
+bytes the layer widths give (a closed form written here). Every wait in
 the code under test has a timeout; the runs are bounded by max_steps.
 """
 
@@ -13,7 +14,7 @@ import time
 import numpy as np
 import pytest
 
-from solvers.distbelief.downpour import minibatches
+from solvers.distbelief.downpour import Replica, Server, minibatches
 from solvers.distbelief.rules import make_rule
 from tasks.data import SphereData, load_dataset
 from tasks.distbelief.common import build_model, data_spec, eval_rows, live_workers, load_rows
@@ -44,12 +45,23 @@ def adagrad_sgd(spec, w, streams):
     return w
 
 
-@pytest.mark.parametrize("K", [2, 3])
-def test_partitioned_replica_equals_sequential_adagrad_and_sends_the_predicted_bytes(dask_client, spec, K):
+@pytest.mark.parametrize("K, n_fetch, n_push", [(2, 1, 1), (3, 1, 1), (2, 2, 4)])
+def test_partitioned_replica_equals_sequential_adagrad_and_sends_the_predicted_bytes(dask_client, spec, K, n_fetch,
+                                                                                      n_push):
     result = run_model_parallel(dask_client, spec, MODEL, n_partitions=K, rule="adagrad", lr=LR, batch_size=B,
-                                steps_per_round=5, max_steps=15, seed=SEED, n_eval=100, timeout=30)
+                                n_fetch=n_fetch, n_push=n_push, steps_per_round=5, max_steps=15, seed=SEED,
+                                n_eval=100, timeout=30)
     model = build_model(MODEL, spec.n_features, spec.n_train)
-    expected = adagrad_sgd(spec, model.init(SEED), [(SEED, 15)])
+    if n_fetch == n_push == 1:
+        expected = adagrad_sgd(spec, model.init(SEED), [(SEED, 15)])
+    else:  # Downpour's replica in one process: gradients at a copy fetched every n_fetch steps, pushed summed
+        X, y = load_rows(spec, "mlp", 0, spec.n_train)
+        server = Server(model.init(SEED), rule="adagrad", lr=LR)
+        replica = Replica(model, X, y, batch_size=B, n_fetch=n_fetch, n_push=n_push, seed=SEED)
+        for _ in range(15):
+            replica.step(server)
+        replica.flush(server)  # steps 13 to 15, pushed when the partitions stop
+        expected = server.w
     assert result.status == "max_steps"
     np.testing.assert_allclose(result.w, expected, rtol=1e-10, atol=1e-12)
     predicted = 2 * 8 * B * ((K - 1) * 5 + 7 - (-(-7 // K)))  # layer 1 to all others; layer 2 to partition 0
