@@ -139,6 +139,7 @@ class Part:
         part.start(w_k, X, y)          # a step at local parameters w_k on a minibatch
         for phase in partitioning.phases():
             sent = part.run(phase, {j: message from j for j in partitioning.senders(phase, k)})
+            part.settle()              # once ``sent`` is on its way: the weights' gradient
         loss_share, grad_k = part.finish()
 
     ``loss_share``: the minibatch's mean loss (partition 0) plus this partition's part of
@@ -172,6 +173,7 @@ class Part:
         self.own: Dict[int, object] = {}  # layer -> this partition's a_layer (or z at the output)
         self.shares: Dict[int, object] = {}  # layer -> this partition's share of d a_layer[:, units]
         self.data_loss = 0.0
+        self.deferred = None  # (layer, dz) whose weight gradient settle() computes
 
     def _grad_block(self, layer: int):
         """(weights, bias) views of this partition's block of the gradient for ``layer``."""
@@ -216,13 +218,9 @@ class Part:
             for extra in parts[1:]:
                 d_a = d_a + extra
             dz = d_a * activation_slope(self.model.activation, self.own[layer], xp)
-        gW, gb = self._grad_block(layer)
-        if isinstance(self.inputs[layer], xp.ndarray):
-            xp.matmul(self.inputs[layer].T, dz, out=gW)
-        else:  # scipy.sparse inputs
-            gW[...] = xp.asarray(self.inputs[layer].T @ dz)
-        xp.sum(dz, axis=0, out=gb)
+        self.deferred = (layer, dz)  # the weights' gradient: after the messages are sent (settle)
         if layer == 1:
+            self.settle()
             return {}
         d_in = dz @ W.T  # this partition's share of d a_{layer-1}, every unit of that layer
         out = {}
@@ -234,9 +232,24 @@ class Part:
                 out[j] = xp.ascontiguousarray(d_in[:, lo:hi])
         return out
 
+    def settle(self) -> None:
+        """Compute what the last backward phase left for after its messages went out: the
+        gradient of its weights, while the peers receive and compute (a no-op otherwise)."""
+        if self.deferred is None:
+            return
+        (layer, dz), xp = self.deferred, self.xp
+        self.deferred = None
+        gW, gb = self._grad_block(layer)
+        if isinstance(self.inputs[layer], xp.ndarray):
+            xp.matmul(self.inputs[layer].T, dz, out=gW)
+        else:  # scipy.sparse inputs
+            gW[...] = xp.asarray(self.inputs[layer].T @ dz)
+        xp.sum(dz, axis=0, out=gb)
+
     def finish(self) -> Tuple[float, object]:
         """(this partition's share of the minibatch objective, the gradient of w_k). The gradient
         is this Part's buffer: read it (or copy it) before the next :meth:`start`."""
+        self.settle()
         alpha = self.model.alpha
         penalized = self.mask * self.w  # (the mask is 0 or 1: mask w^2 = (mask w)^2)
         penalty = 0.5 * alpha * float(self.xp.dot(penalized, penalized))
@@ -262,6 +275,7 @@ def partitioned_loss_grad(partitioning: Partitioning, w, X, y, xp=np) -> Tuple[f
             for receiver, message in part.run(phase, received).items():
                 outgoing[(receiver, part.k)] = message
                 sent += message.nbytes
+            part.settle()
         inbox.update(outgoing)
     assert not inbox, f"messages nobody read: {sorted(inbox)}"
     shares = [part.finish() for part in parts]

@@ -171,6 +171,7 @@ def partition_loop(name: str, replica: int, k: int, n_partitions: int, shard, pe
                     for j, message in part.run(phase, received).items():
                         sends.append(peers[j].put((step, tag, k), message))
                         sent += message.nbytes
+                    part.settle()  # the weights' gradient while the messages travel
                 losses[i], g = part.finish()  # (Part's buffer, overwritten by the next step)
                 if n_push > 1 and acc is None:  # summed in a buffer of our own until the push
                     acc = g.copy()
