@@ -65,6 +65,7 @@ def main():
     load_before = os.getloadavg()
     started = time.perf_counter()
     steps = {name: [] for name in names}
+    parts = {name: {"wait_s": [], "ps_s": []} for name in names}  # a step's waiting for peers, with the shards
     counters = {}
     with connect(OmegaConf.to_container(cfg.cluster, resolve=True)) as client:
         for repeat in range(args.repeats):
@@ -73,10 +74,13 @@ def main():
                 kwargs.pop("algo")
                 model = kwargs.pop("model", p["model"])
                 kwargs["max_steps"] = max(2 * kwargs["steps_per_round"],
-                                          int(round(kwargs["max_steps"] * args.steps_scale)))
+                                          round(kwargs["max_steps"] * args.steps_scale))
                 kwargs["max_time"] = 10 * kwargs["max_time"]  # the steps end an arm, not the clock
                 result = run_model_parallel(client, spec, model, **kwargs)
                 steps[name].append(result.counters["step_s"])
+                measured = result.trace[result.trace["warmup"] == 0]
+                for column in parts[name]:
+                    parts[name][column].append(float(measured[column].median()))
                 counters[name] = result.counters
                 print(f"repeat {repeat + 1}/{args.repeats} {name}: step {result.counters['step_s'] * 1e3:.1f} ms "
                       f"(median of {result.counters['steps_measured']}), load {os.getloadavg()[0]:.2f}", flush=True)
@@ -93,6 +97,8 @@ def main():
                      "step_ms_each": [round(s * 1e3, 1) for s in steps[name]],
                      "vs_K1": statistics.median(ratios) if ratios else None,
                      "vs_K1_each": [round(r, 3) for r in ratios], "samples_per_s": c["samples_per_s"],
+                     "wait_ms": statistics.median(parts[name]["wait_s"]) * 1e3,
+                     "ps_ms": statistics.median(parts[name]["ps_s"]) * 1e3,
                      "MB_per_step": c["bytes_per_step"] / 1e6, "MB_predicted": c["bytes_per_step_predicted"] / 1e6,
                      "steps_measured": c["steps_measured"], "blas_threads": c["blas_threads"]})
     print(f"\n### Model parallelism: one replica's step ({args.repeats} repeats, arms interleaved; "
@@ -101,12 +107,12 @@ def main():
           f"{', '.join(f'{x:.2f}' for x in load_before)} before, {', '.join(f'{x:.2f}' for x in load_after)} after; "
           f"{time.perf_counter() - started:.0f}s\n")
     print("| arm | parameters | K | R | step (ms), median | each repeat | vs K = 1, median | each repeat | "
-          "samples/s | MB sent/step (predicted) |")
-    print("|---|---:|---:|---:|---:|---|---:|---|---:|---:|")
+          "waiting for peers (ms) | with the shards (ms) | samples/s | MB sent/step (predicted) |")
+    print("|---|---:|---:|---:|---:|---|---:|---|---:|---:|---:|---:|")
     for r in rows:
         vs = f"{r['vs_K1']:.2f}x" if r["vs_K1"] is not None else "-"
         print(f"| {r['arm']} | {r['parameters']:,} | {r['K']} | {r['R']} | {r['step_ms']:.1f} | {r['step_ms_each']} | "
-              f"{vs} | {r['vs_K1_each'] or '-'} | {r['samples_per_s']:.0f} | "
+              f"{vs} | {r['vs_K1_each'] or '-'} | {r['wait_ms']:.1f} | {r['ps_ms']:.1f} | {r['samples_per_s']:.0f} | "
               f"{r['MB_per_step']:.3f} ({r['MB_predicted']:.3f}) |")
     if args.out:
         out = Path(args.out)

@@ -31,6 +31,12 @@ EXERCISED = {
     'make experiment ARGS="experiment=diana"': f"{EXPERIMENT}::test_diana_end_to_end",
     'make experiment ARGS="experiment=distbelief"':
         "tests/pipelines/test_distbelief_experiment.py::test_tiny_run_tracks_parent_and_arm_runs_with_curves",
+    'make experiment ARGS="experiment=distbelief_model_parallel"':
+        "tests/pipelines/test_distbelief_model_parallel.py::test_tiny_run_logs_step_time_curves_and_the_ratio_to_one_partition",
+    # user guide: DistBelief's model parallelism (its other commands are the lines above and below)
+    ".venv/bin/python -m benchmarks.distbelief_model_parallel":
+        "tests/benchmarks/test_distbelief_model_parallel_bench.py::"
+        "test_the_bench_runs_the_arms_and_reports_steps_against_one_partition",
     'make experiment ARGS="tracking=none progress=false"': TINY_RUN,
     'make experiment ARGS="+experiment.arms.importance.selection=importance"': TINY_RUN,
     'make experiment ARGS="+experiment.arms.sk={name:peer_sklearn}"': TINY_RUN,

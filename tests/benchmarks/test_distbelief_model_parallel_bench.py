@@ -1,0 +1,39 @@
+"""benchmarks.distbelief_model_parallel on tiny models: it runs the preset's arms interleaved,
+writes its table and JSON, and the bytes it reports are the count the layer widths give."""
+
+import json
+import statistics
+import sys
+
+import pytest
+
+import benchmarks.distbelief_model_parallel as bench
+
+TINY = ["data.n_samples=400", "data.n_features=8", "data.n_informative=4", "model.hidden=[6,6]",
+        "experiment.arms.small_k1.model.hidden=[4,4]", "experiment.arms.small_k2.model.hidden=[4,4]",
+        *[f"experiment.arms.{a}.{k}={v}" for a in ("large_k1", "large_k2", "small_k1", "small_k2")
+          for k, v in (("steps_per_round", 2), ("max_steps", 4))]]
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(300)
+def test_the_bench_runs_the_arms_and_reports_steps_against_one_partition(dask_client, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "bench.json"
+    monkeypatch.setattr(sys, "argv", ["bench", "--repeats", "2", "--out", str(out), *TINY, "cluster=remote",
+                                      f"cluster.address={dask_client.scheduler.address}",
+                                      f"cache_dir={tmp_path / 'cache'}"])
+    bench.main()
+    table = capsys.readouterr().out
+    assert "### Model parallelism: one replica's step (2 repeats" in table
+    rows = {r["arm"]: r for r in json.loads(out.read_text())["rows"]}
+    assert set(rows) == set(bench.DEFAULT_ARMS)
+    for name, r in rows.items():
+        assert len(r["step_ms_each"]) == 2 and r["step_ms"] > 0 and r["steps_measured"] == 2
+        assert r["blas_threads"] == [1] and f"| {name} |" in table
+    # K = 2 sends activations forward and gradients back: 2 x 8 bytes x 64 rows x (h_1 + h_2 - h_2 on partition 0)
+    assert rows["large_k2"]["MB_per_step"] == rows["large_k2"]["MB_predicted"] == 2 * 8 * 64 * (6 + 6 - 3) / 1e6
+    assert rows["small_k2"]["MB_per_step"] == 2 * 8 * 64 * (4 + 4 - 2) / 1e6
+    assert rows["large_k1"]["MB_per_step"] == 0 and rows["large_k1"]["vs_K1"] is None
+    each = rows["large_k2"]["vs_K1_each"]
+    assert len(each) == 2 and rows["large_k2"]["vs_K1"] == pytest.approx(statistics.median(each), abs=1e-3)
+    assert rows["large_k1"]["parameters"] == 8 * 6 + 6 + 6 * 6 + 6 + 6 + 1
