@@ -3,6 +3,7 @@
     python -m benchmarks.distbelief_model_parallel                  # large_k1, large_k2, small_k1, small_k2, 3 repeats
     python -m benchmarks.distbelief_model_parallel --arms all       # every arm of the preset (K = 4, 2 x 2 too)
     python -m benchmarks.distbelief_model_parallel --repeats 5 --steps-scale 2
+    python -m benchmarks.distbelief_model_parallel --in-process     # each partition's work alone, no cluster
 
 The arms are those of ``experiment=distbelief_model_parallel`` (composed from conf/, so the
 data, the two model sizes, the minibatch and the rates are the preset's), run by
@@ -14,6 +15,12 @@ interleaved (large_k1, large_k2, small_k1, small_k2, large_k1, ...) ``--repeats`
 that the load of a shared machine hits them alike; reported: each arm's median over the
 repeats, and each K > 1 arm's step over its K = 1 arm's, per repeat and the median, with the
 load average before and after. No MLflow: ``make reproduce`` and the preset log the curves.
+
+``--in-process`` times, in this process with one BLAS thread and no cluster, each partition's
+own work in a step (its fetch's copy, its phases with the messages routed in memory, its
+gradient, Adagrad on its shard) and reports the slowest partition's: the step K partitions
+would take if no message cost anything and none waited, the bound that communication and
+the machine's load eat into.
 """
 
 import argparse
@@ -24,6 +31,7 @@ import statistics
 import time
 from pathlib import Path
 
+import numpy as np
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
@@ -31,6 +39,8 @@ from pipelines.config import register_configs
 from pipelines.distbelief import plan
 from pipelines.distbelief_steps import baseline_of
 from pipelines.tracking import PROJECT_ROOT
+from solvers.distbelief.partitions import Part, Partitioning
+from solvers.distbelief.rules import make_rule
 from tasks.cluster import connect
 from tasks.data import load_dataset, resolve_path
 from tasks.distbelief.common import build_model, data_spec
@@ -46,12 +56,68 @@ def preset(overrides):
     return cfg, plan(cfg)
 
 
+def partition_work(model, n_partitions, batch_size, repeats, seed=0):
+    """Each partition's own work in a step, timed in this process (the first step is warm-up,
+    left out): the medians over ``repeats`` steps of the slowest partition's and of each one's."""
+    from threadpoolctl import threadpool_limits
+
+    partitioning = Partitioning(model, n_partitions)
+    parts = [Part(partitioning, k) for k in range(n_partitions)]
+    served = partitioning.split(model.init(seed))  # the shards' vectors
+    rules = [make_rule("adagrad", w.size, 1e-3) for w in served]
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((batch_size, model.sizes[0]))
+    y = np.where(rng.standard_normal(batch_size) > 0, 1.0, -1.0)
+    times = np.zeros((repeats + 1, n_partitions))
+    with threadpool_limits(limits=1, user_api="blas"):
+        for step in range(repeats + 1):
+            for k, part in enumerate(parts):
+                t0 = time.perf_counter()
+                part.start(served[k].copy(), X, y)
+                times[step, k] += time.perf_counter() - t0
+            inbox = {}
+            for phase in partitioning.phases():
+                outgoing = {}
+                for part in parts:
+                    t0 = time.perf_counter()
+                    received = {j: inbox.pop((part.k, j)) for j in partitioning.senders(phase, part.k)}
+                    for receiver, message in part.run(phase, received).items():
+                        outgoing[(receiver, part.k)] = message
+                    part.settle()
+                    times[step, part.k] += time.perf_counter() - t0
+                inbox.update(outgoing)
+            for k, part in enumerate(parts):
+                t0 = time.perf_counter()
+                rules[k].apply(served[k], part.finish()[1])
+                times[step, k] += time.perf_counter() - t0
+    return float(np.median(times[1:].max(axis=1))), np.median(times[1:], axis=0).tolist()
+
+
+def in_process(names, p, n_features, batch_size, repeats):
+    print(f"\n### Model parallelism: each partition's own work in a step, in one process, one BLAS thread "
+          f"(median of {repeats} steps; {time.strftime('%Y-%m-%d %H:%M')}; load average "
+          f"{', '.join(f'{x:.2f}' for x in os.getloadavg())})\n")
+    print("| arm | parameters | K | slowest partition (ms) | each partition (ms) | vs K = 1 |")
+    print("|---|---:|---:|---:|---|---:|")
+    slowest = {}
+    for name in names:
+        arm = p["arms"][name]
+        model = build_model(arm.get("model", p["model"]), n_features, 1)
+        slowest[name], each = partition_work(model, arm["n_partitions"], arm.get("batch_size", batch_size), repeats)
+        base = baseline_of(name, {n: p["arms"][n] for n in names})
+        vs = f"{slowest[name] / slowest[base]:.2f}x" if base and base != name and base in slowest else "-"
+        print(f"| {name} | {model.n_params:,} | {arm['n_partitions']} | {slowest[name] * 1e3:.1f} | "
+              f"{[round(t * 1e3, 1) for t in each]} | {vs} |", flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--arms", default=",".join(DEFAULT_ARMS), help="arm names of the preset, or 'all'")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--steps-scale", type=float, default=1.0, help="multiply each arm's max_steps")
     parser.add_argument("--out", default=None, help="write the numbers as JSON here")
+    parser.add_argument("--in-process", action="store_true",
+                        help="time each partition's own work in this process instead (no cluster, no messages' cost)")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides of the preset (e.g. model.hidden=[1024,1024])")
     args = parser.parse_args()
     cfg, p = preset(args.overrides)
@@ -59,6 +125,9 @@ def main():
     unknown = sorted(set(names) - set(p["arms"]))
     if unknown:
         raise SystemExit(f"Error: arm(s) {unknown} are not in the preset: {sorted(p['arms'])}")
+    if args.in_process:
+        in_process(names, p, cfg.data.n_features, p["settings"]["batch_size"], max(5, 2 * args.repeats + 1))
+        return
     dataset = load_dataset(p["data"], resolve_path(cfg.cache_dir, PROJECT_ROOT), PROJECT_ROOT)
     db = p["settings"]
     spec = data_spec(dataset, db["test_fraction"], db["shuffle_seed"])

@@ -37,3 +37,18 @@ def test_the_bench_runs_the_arms_and_reports_steps_against_one_partition(dask_cl
     each = rows["large_k2"]["vs_K1_each"]
     assert len(each) == 2 and rows["large_k2"]["vs_K1"] == pytest.approx(statistics.median(each), abs=1e-3)
     assert rows["large_k1"]["parameters"] == 8 * 6 + 6 + 6 * 6 + 6 + 6 + 1
+
+
+def test_in_process_times_every_partitions_work_without_a_cluster(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["bench", "--in-process", "--arms", "large_k1,large_k2,large_k4", *TINY,
+                                      "model.hidden=[8,8]", "cluster=remote", "cluster.address=tcp://0.0.0.0:1",
+                                      f"cache_dir={tmp_path / 'cache'}"])
+    bench.main()  # an address nobody listens on: the in-process times need no cluster
+    rows = {line.split(" | ")[0].strip("| "): line.split(" | ") for line in capsys.readouterr().out.splitlines()
+            if line.startswith("| large_k")}
+    assert set(rows) == {"large_k1", "large_k2", "large_k4"}
+    for name, K in (("large_k1", 1), ("large_k2", 2), ("large_k4", 4)):
+        each = json.loads(rows[name][4])
+        assert rows[name][2] == str(K) and len(each) == K and all(t > 0 for t in each)
+        assert float(rows[name][3]) >= max(each) - 0.05  # the slowest partition's step, each rounded to 0.1 ms
+    assert rows["large_k1"][5].strip(" |") == "-" and rows["large_k2"][5].strip(" |").endswith("x")

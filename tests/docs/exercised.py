@@ -34,6 +34,15 @@ EXERCISED = {
     'make experiment ARGS="experiment=distbelief_model_parallel"':
         "tests/pipelines/test_distbelief_model_parallel.py::test_tiny_run_logs_step_time_curves_and_the_ratio_to_one_partition",
     # user guide: DistBelief's model parallelism (its other commands are the lines above and below)
+    ".venv/bin/python -m benchmarks.distbelief_model_parallel --arms all --repeats 5":
+        "tests/benchmarks/test_distbelief_model_parallel_bench.py::"
+        "test_the_bench_runs_the_arms_and_reports_steps_against_one_partition",
+    ".venv/bin/python -m benchmarks.distbelief_model_parallel --arms large_k1,large_k2,large_k4,small_k1,small_k2,"
+    "small_k4 --repeats 3": "tests/benchmarks/test_distbelief_model_parallel_bench.py::"
+                            "test_the_bench_runs_the_arms_and_reports_steps_against_one_partition",
+    ".venv/bin/python -m benchmarks.distbelief_model_parallel --in-process --arms large_k1,large_k2,large_k4,"
+    "small_k1,small_k2,small_k4": "tests/benchmarks/test_distbelief_model_parallel_bench.py::"
+                                  "test_in_process_times_every_partitions_work_without_a_cluster",
     ".venv/bin/python -m benchmarks.distbelief_model_parallel":
         "tests/benchmarks/test_distbelief_model_parallel_bench.py::"
         "test_the_bench_runs_the_arms_and_reports_steps_against_one_partition",
