@@ -1,5 +1,7 @@
-"""Memory budgets: a user's ``memory_budget`` in bytes, and its split into resident
-set and staging memory, in whole units (a dense row, a sparse entry)."""
+"""Budgets: a user's ``memory_budget`` in bytes, and its split into resident set and staging
+memory, in whole units (a dense row, a sparse entry); ``max_epochs`` in whole coordinate updates."""
+
+import math
 
 import scipy.sparse as sp
 
@@ -14,6 +16,17 @@ def parse_budget(memory_budget, total_bytes):
     if isinstance(memory_budget, str):
         return parse_size(memory_budget)
     return int(memory_budget * total_bytes)
+
+
+def update_budget(max_epochs, n):
+    """The coordinate updates ``max_epochs`` epochs of ``n`` coordinates allow, a whole number: a
+    product a rounding error short of one (158/600 * 600 = 157.99999999999997) would leave a last
+    round no update to make, and the budget would never be reached."""
+    x = max_epochs * n
+    if math.isinf(x):
+        return x
+    whole = round(x)
+    return float(whole if abs(x - whole) <= 1e-9 * max(1.0, x) else math.floor(x))
 
 
 def unit_bytes(A):

@@ -35,7 +35,7 @@ import time
 import numpy as np
 
 from solvers.duhl.block.resident import make_resident_set
-from solvers.duhl.budget import is_sparse_on_disk, parse_budget, split_budget
+from solvers.duhl.budget import is_sparse_on_disk, parse_budget, split_budget, update_budget
 from solvers.duhl.loops.python import solve_python
 from solvers.duhl.loops.resident import solve_resident
 from solvers.duhl.loops.rounds import MAX_PASSES_PER_ROUND
@@ -308,7 +308,7 @@ class DuHL:
 
     def _stop(self, updates, n, t0):
         """The status that ends the run now, or None."""
-        if updates >= self.max_epochs * n:
+        if updates >= update_budget(self.max_epochs, n):
             return "max_epochs"
         if self.max_time is not None and time.perf_counter() - t0 >= self.max_time:
             return "max_time"

@@ -37,6 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from solvers.duhl.budget import update_budget
 from solvers.duhl.block.policies import Policy, child, stream
 from solvers.duhl.gaps.memory import GapMemory, RefreshPlan, dual_step
 from solvers.duhl.gaps.schedule import GapSchedule
@@ -125,7 +126,7 @@ def solve_python(solver, problem, rset, a, z, off, rng, trace, t0, iterates):
     ratio = refresh_ratio(solver.refresh, problem)
     # a rate measured on the first pass: recorded, so that refresh=<it> reproduces the run
     measured = {"refresh": ratio} if solver.refresh == "auto" and on_disk else {}
-    max_updates = solver.max_epochs * n
+    max_updates = update_budget(solver.max_epochs, n)
     updates, swaps, rnd = 0, 0, 0
     estimate = record(0, state, memory.estimate(), 0, 0)
     status = "converged" if estimate <= tol_abs else None

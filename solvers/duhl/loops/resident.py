@@ -33,6 +33,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from solvers.duhl.budget import update_budget
 from solvers.duhl.accel.anderson import extrapolate, extrapolate_gram
 from solvers.duhl.accel.gram import COV_ROUNDS, catch_up, gram_cost, gram_epoch, gram_fits, gram_matrix, gram_pays, \
     work_entries
@@ -413,7 +414,7 @@ def solve_resident(problem, a, z, off, *, local_epochs, max_epochs, max_time, sh
     form = driver.form_of(problem)
     centred = bool(np.any(problem.mu))
     g_cost = gram_cost(problem) if gram and gram_fits(problem) else 0.0
-    cfg = Settings(float(tol_abs), float(max_epochs * n), int(local_epochs), int(max_passes), bool(shrinking),
+    cfg = Settings(float(tol_abs), update_budget(max_epochs, n), int(local_epochs), int(max_passes), bool(shrinking),
                    WS_LEAST, centred, float(g_cost), int(problem.coord_bytes.sum()))
     st, buf = start(problem, z, off, seed_value)
     history = driver.new_history()

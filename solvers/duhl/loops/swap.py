@@ -32,6 +32,7 @@ from numba.extending import overload
 from solvers.duhl.accel import gram as gram_settings
 from solvers.duhl.accel.gram import (GRAM_AT_ONCE, gram_after, gram_block_end, gram_cost, gram_epoch, gram_fits,
                                      gram_matrix, gram_pays, rows_every, stale_entries)
+from solvers.duhl.budget import update_budget
 from solvers.duhl.block.gap_block import gap_block
 from solvers.duhl.block.policies import child, stream
 from solvers.duhl.gaps.memory import (certified, certify_due, dual_step, new_plan, plan_refresh, proven)
@@ -612,7 +613,7 @@ def solve_swap(solver, problem, rset, a, z, off, rng, trace, t0, iterates):
     pays = 3 * z.nbytes <= PROOF_SHARE * stale_bytes  # the proofs' dual step reads u three times a round
     proofs_on = solver.gap_proofs is True or (solver.gap_proofs == "auto" and pays)
     proving = bool(not at_once and solver.refresh == "auto" and proofs_on and problem.model.zero_gap is not None)
-    cfg = Settings(int(rset.capacity_bytes), POLICIES[solver.selection], tol_abs, float(solver.max_epochs * n),
+    cfg = Settings(int(rset.capacity_bytes), POLICIES[solver.selection], tol_abs, update_budget(solver.max_epochs, n),
                    round_epochs(solver.local_epochs), MAX_PASSES_PER_ROUND, bool(solver.shrinking),
                    refresh_first(solver.device, problem), proving, bool(np.any(problem.mu)))
     buf = _buffers(problem, rset, z, rng, solver.selection, proving)

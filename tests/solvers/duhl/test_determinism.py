@@ -120,6 +120,20 @@ def test_max_epochs_is_an_epoch_budget(kw):
         assert res.trace.epoch.max() <= budget + 1e-12 and res.trace.certified.iloc[-1] == 1
 
 
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("kw", [dict(), dict(memory_budget=0.25), dict(memory_budget=0.25, loop="python")],
+                         ids=["resident", "compiled", "python"])
+def test_a_budget_a_rounding_error_short_of_whole_updates_ends(kw):
+    """max_epochs = k / n, whose product with n is a hair under k in floating point (158/600 * 600 =
+    157.99999999999997): the run makes its k updates and stops (it had looped forever, a round left
+    int(0.99...) = 0 updates to make)."""
+    problem = problems()["lasso"]
+    n = problem.n_coords
+    k = next(k for k in range(1, 4 * n) if (k / n) * n < k)
+    res = DuHL(tol=0.0, max_epochs=k / n, random_state=0, **kw).solve(problem)
+    assert res.status == "max_epochs" and res.epochs == pytest.approx(k / n, abs=1e-12)
+
+
 def test_max_iter_stops_the_fit_and_warns():
     """As scikit-learn's Lasso: max_iter=2 runs 2 epochs, n_iter_ <= 2, and a ConvergenceWarning when
     tol is not reached (the issue's case: 60 x 5, alpha 1e-4, tol 1e-12)."""
