@@ -204,7 +204,7 @@ def run(cfg: DictConfig, plan: Plan, tracker: Any, tags: Dict[str, str], run_nam
         traces, stats, extras = {}, {}, {}
         (output_dir / "traces").mkdir(parents=True, exist_ok=True)
         # client None: cluster=none, everything in this process
-        with cluster_and_data(cfg.cluster, dataset.path, console, output_dir) as (client, parts):
+        with cluster_and_data(cfg.cluster, dataset.path, console, output_dir, plan.data) as (client, parts):
             if parts is not None:
                 tracker.set_tags(parent_id, {"data_access": parts.access})
             placement = Placement(client, dataset.path, dataset.X, dataset.y, plan.model,

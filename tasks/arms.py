@@ -146,15 +146,19 @@ def run_arm(problem, settings: Mapping[str, Any], callback: Optional[Callable[[d
     (tasks.distributed_glm.arms.Placement): where the arm runs and the data it reads.
     With a cluster, replicated solvers spread over its workers, and any other arm runs
     whole on one worker (a Dask-CUDA worker: its GPU), which memory-maps the dataset or
-    gets it shipped (``placement.parts``); its trace rows reach ``callback`` when it ends."""
+    gets it shipped (``placement.parts``); its trace rows reach ``callback`` when it ends.
+    With ``data_access=disk`` the workers hold the replicas' shards, and an arm that runs whole
+    runs in this process."""
     solver = make_solver(settings, callback=callback)
+    if getattr(solver, "distributed", False):  # (CoCoA+ with a host_budget: its parts read their shards)
+        return solver.solve(problem, placement=placement)
     if getattr(solver, "host_budget", None) is not None:  # the data stays on disk, this process reads it
         if placement is None:
             raise ValueError("An arm with a host_budget reads the dataset's cache folder: run it with a placement.")
         return solver.solve(problem_on_disk(placement))
-    if getattr(solver, "distributed", False):
-        return solver.solve(problem, placement=placement)
-    if placement is not None and placement.client is not None:
+    # an arm that runs whole runs on a worker, except with data_access=disk (the workers hold shards:
+    # it runs here, on the driver's data)
+    if placement is not None and placement.client is not None and getattr(placement.parts, "access", "") != "disk":
         for attempt in range(3):  # shipped data lost with its worker (cancelled): ship it again
             data = placement.parts.ref(whole, placement.parts.path)  # shipped: to a worker the task then runs on
             future = placement.client.submit(solve_on_worker, data, dict(placement.model), dict(settings),

@@ -31,8 +31,8 @@ def os_read_bytes() -> float:
     return _proc_field("/proc/self/io", "read_bytes:")
 
 
-def rss_bytes() -> float:
-    return _proc_field("/proc/self/status", "VmRSS:", 1024)
+def rss_bytes(pid: str = "self") -> float:
+    return _proc_field(f"/proc/{pid}/status", "VmRSS:", 1024)
 
 
 def peak_rss_bytes(pid: str = "self") -> float:
