@@ -42,9 +42,10 @@ Local solvers: ``"scd"`` (H epochs of in-memory SCD over the part) or
 ``"duhl"`` (DuHL under a device ``memory_budget`` for H epochs' worth of
 coordinate updates on the local subproblem). Parts whose data is on disk (each its own
 shard, built by the caller's executor: tasks/distributed_glm) run DuHL from disk with
-``host_budget`` of RAM for one DuHL round a round: the pass over the shard at the broadcast
-state gives both the part's gap and DuHL's gap memory, the largest gaps are read into the RAM
-block, H epochs run on it (H counts epochs of the block there), and DuHL certifies its end state. The trace then
+``host_budget`` of RAM for H DuHL rounds a round: the pass over the shard at the broadcast
+state gives both the part's gap and DuHL's gap memory, then H times the largest gaps are read
+into the RAM block and an epoch runs on it (H counts epochs of the block there), and DuHL
+certifies its end state. The trace then
 has ``bytes_disk`` (all parts, so far) and, per part k, ``part<k>_bytes_disk`` and
 ``part<k>_bits_sent``.
 """
@@ -92,7 +93,8 @@ class CoCoA:
         sigma': gamma K, the exact sigma'_min of the data and partition, or a value.
     local_epochs : int or "auto"
         H, local epochs per round (auto: from the measured communication / computation); parts on
-        disk: epochs over the part's RAM block (the coordinates of largest gap its host_budget holds).
+        disk: DuHL rounds, each an epoch over the part's RAM block (the coordinates of largest gap
+        its host_budget holds).
     local_solver : {"scd", "duhl"}
         In-memory SCD, or DuHL with ``memory_budget`` of each part on its device.
     compressor : None, a name or a mapping (see compression.make_compressor)

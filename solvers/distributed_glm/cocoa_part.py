@@ -197,16 +197,16 @@ class CocoaPart:
         return float(self.problem.coordinate_gaps(self.a, z, off).sum())
 
     def local_on_disk(self, z, off, local_epochs=None):
-        """Round on disk: one DuHL round from the shard under ``host_budget`` of RAM, from the broadcast
-        state: its pass over every gap (the part's gap), the block of largest gaps read, H epochs on it,
-        its end state certified (or none of it once its gap is at ``local_tol`` times P(0)). Returns
-        (gap at the broadcast state, its seconds, dv, d_off, da, coordinate updates).
+        """Round on disk: H DuHL rounds from the shard under ``host_budget`` of RAM, from the broadcast
+        state: its pass over every gap (the part's gap), then H times the block of largest gaps read and
+        an epoch on it, then its end state certified (or none of it once its gap is at ``local_tol``
+        times P(0)). Returns (gap at the broadcast state, its seconds, dv, d_off, da, coordinate updates).
 
-        One DuHL round, not H epochs of the shard: a solve reads the shard twice whatever it does (its
-        gap memory's start, its certified end), and CoCoA+'s rounds, not its local epochs, set how far a
-        round gets; local work beyond the block read costs a block's reads more for little (measured
-        on a 164 MB logistic problem, K = 2: the same 22-23 rounds, 3.2 shard reads a round with an
-        epoch of the shard, 2.0 with the block's)."""
+        H counts DuHL rounds (epochs of the block), not epochs of the shard: a solve reads the shard twice
+        whatever it does (its gap memory's start, its certified end), and with K > 1 CoCoA+'s rounds, not
+        the local work, set how far a round gets (on a 164 MB logistic problem, K = 2: 22-23 rounds with
+        one block epoch or a shard's (4-5 blocks'), 2.0 shard reads a round against 3.2). One part
+        (K = 1) is DuHL itself: a large H solves it in one round."""
         p = self.problem
         epochs = self.local_epochs if local_epochs is None else int(local_epochs)
         n = p.n_coords
@@ -219,8 +219,8 @@ class CocoaPart:
         fields = {f.name: getattr(p, f.name) for f in dataclasses.fields(Problem)}
         local = LocalSubproblem(**{**fields, "c": c_local, "b": -z / c_local},
                                 start=(self.a, z, start_off))
-        # one round of H epochs over the block (nothing to prefetch: no next round)
-        solver = DuHL(host_budget=self.host_budget, selection="gap", local_epochs=epochs, tol=self.local_tol,
+        # H DuHL rounds, an epoch of the block each (no prefetch: a block staged past the last round is a waste)
+        solver = DuHL(host_budget=self.host_budget, selection="gap", local_epochs=1, tol=self.local_tol,
                       max_epochs=epochs * min(block, n) / n, device="cpu", random_state=self.rng, prefetch=0.0,
                       refresh=DISK_REFRESH)
         res = solver.solve(local, a0=self.a)

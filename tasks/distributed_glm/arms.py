@@ -29,7 +29,8 @@ import scipy.sparse as sp
 from solvers.distributed_glm.cocoa import CoCoA
 from solvers.distributed_glm.diana import Diana, make_spec, reference_optimum, shard_rows
 from solvers.glm.checks import check_params
-from tasks.distributed_glm.disk import local_disk_factory
+from tasks.data.shards import ensure_shard
+from tasks.distributed_glm.disk import file_source, local_disk_factory, shard_spec
 from tasks.distributed_glm.replicas import cocoa_factory, diana_on_cluster, skeleton_problem
 from tasks.parts import DataParts, DiskShards
 from tasks.problems import labels_for
@@ -95,6 +96,33 @@ class CocoaArm(CoCoA):
             return super().solve(skeleton, a0, sigma=sigma, setup_s=setup_s)
         finally:
             self.executor_factory = None
+
+
+def cocoa_shards(placement: Placement, settings: Dict[str, Any]) -> list:
+    """Before a CoCoA+ arm whose parts read shards (a host_budget, or data_access=disk): every part's
+    shard made where the arm's replicas will start (on a cluster the workers in address order, part i
+    on the i-th modulo their number, as the replicas are placed; in-process the cache folder's
+    shards/), or found there. Set-up, like making the dataset: outside the arm's time and memory.
+    Returns describe_shard's rows (``made``: made now)."""
+    from solvers.distributed_glm.cocoa import partition
+
+    disk = isinstance(placement.parts, DiskShards)
+    if settings.get("name") != "cocoa" or not (disk or settings.get("host_budget") is not None):
+        return []
+    skeleton = skeleton_problem(placement.model, np.asarray(placement.y), placement.X.shape[1])
+    ranges = partition(skeleton.n_coords, int(settings.get("n_parts", 2)))
+    path = Path(placement.path)
+    specs = [shard_spec(path.name, skeleton, lo, hi, placement.X.dtype) for lo, hi in ranges]
+    if placement.client is None:
+        source = file_source(path, skeleton)
+        return [ensure_shard(spec, source, str(path.parent / "shards")) for spec in specs]
+    workers = sorted(placement.client.scheduler_info(n_workers=-1)["workers"])
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(len(specs), thread_name_prefix="shards") as pool:
+        rows = pool.map(lambda k: placement.parts.ensure(specs[k], skeleton, np.asarray(placement.y),
+                                                         workers[k % len(workers)])[1], range(len(specs)))
+        return [dict(row, worker=workers[k % len(workers)]) for k, row in enumerate(rows)]
 
 
 def diana_data(model_cfg: Dict[str, Any], X, y):
