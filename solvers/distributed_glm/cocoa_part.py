@@ -31,6 +31,7 @@ and is not counted.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import time
 from dataclasses import dataclass, replace
 from typing import NamedTuple, Optional
@@ -56,6 +57,16 @@ def ram_block_rows(host_bytes, row_bytes):
     rest (solvers.duhl.solver's split, without prefetch)."""
     buffer = max(2 * row_bytes, min(DEFAULT_BUFFER_BYTES, host_bytes // 8) // row_bytes * row_bytes)
     return max(1, (host_bytes - buffer) // row_bytes)
+
+
+def epochs_of(updates, n):
+    """max_epochs for ``updates`` coordinate updates of n, or the nearest count under it (else over it) whose quotient
+    times n is that count exactly: DuHL's loop allows int(max_epochs * n - done) more updates a round, so
+    a product a hair off an integer (158 / 600 * 600 is 157.99999999999997) never lets it reach its
+    budget (solvers/duhl's stop; reported to its owner)."""
+    want = max(1, int(updates))
+    k = next((k for k in itertools.chain(range(want, 0, -1), itertools.count(want + 1)) if (k / n) * n == k))
+    return k / n
 
 
 def partition(n_coords, n_parts):
@@ -221,8 +232,8 @@ class CocoaPart:
                                 start=(self.a, z, start_off))
         # H DuHL rounds, an epoch of the block each (no prefetch: a block staged past the last round is a waste)
         solver = DuHL(host_budget=self.host_budget, selection="gap", local_epochs=1, tol=self.local_tol,
-                      max_epochs=epochs * min(block, n) / n, device="cpu", random_state=self.rng, prefetch=0.0,
-                      refresh=DISK_REFRESH)
+                      max_epochs=epochs_of(epochs * min(block, n), n), device="cpu", random_state=self.rng,
+                      prefetch=0.0, refresh=DISK_REFRESH)
         res = solver.solve(local, a0=self.a)
         if local.start_gap is None:  # (a loop that read no full pass at the start: the part's own pass)
             started = time.perf_counter()

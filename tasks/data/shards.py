@@ -436,8 +436,9 @@ def _make_range(spec, source: FromMaker, tmp: Path):
 
         _write_sequential(tmp, spec, blocks(), digest)
         return ys, stats, digest.hexdigest()
-    # columns: each block of samples adds a run to every column (written at its offset)
-    sums, sq = np.zeros(spec.n_coords), np.zeros(spec.n_coords)
+    # columns: each block of samples adds a run to every column (written at its offset); the statistics
+    # and the checksum then from the file read back a chunk of whole columns at a time, as every
+    # other writer computes them (the same numbers whoever made the shard)
     ys = np.empty(spec.n_samples)
     path, done = tmp / "X.npy", 0
     fd = os.open(path, os.O_WRONLY)
@@ -450,16 +451,19 @@ def _make_range(spec, source: FromMaker, tmp: Path):
                 written = 0
                 while written < len(view):
                     written += os.pwrite(fd, view[written:], at + written)
-            s, q = cpu.dense_row_stats(part)
-            sums += s
-            sq += q
             ys[done:done + len(y)] = y
             done += len(y)
             os.fdatasync(fd)
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     finally:
         os.close(fd)
-    return ys, np.stack([sums, sq]), None
+    itself = ShardSpec(spec.source, "columns", 0, spec.n_coords, spec.n_samples, spec.n_coords, spec.dtype)
+    stats = np.empty((2, spec.n_coords))
+    digest = xxhash.xxh3_128(spec.header())
+    for first, cols in read_chunks(path, itself):
+        digest.update(cols)
+        stats[0, first:first + cols.shape[0]], stats[1, first:first + cols.shape[0]] = cpu.dense_row_stats(cols)
+    return ys, stats, digest.hexdigest()
 
 
 # --------------------------------------------------------------- streaming (on the driver)
