@@ -136,16 +136,18 @@ class ShardSpec:
 
 
 # --------------------------------------------------------------- where (on a worker)
-def shard_root(shard_dir: Optional[str] = None) -> Path:
+def shard_root(shard_dir: Optional[str] = None, worker=None) -> Path:
     """The folder this process keeps shards in: ``shard_dir`` (expanded here), else beside the Dask
-    worker's scratch space (its --local-directory), else the system's temporary folder (no worker:
-    cluster=none)."""
+    worker's scratch space (its --local-directory; ``worker``: the one a ``Client.run`` call passes,
+    where get_worker finds none), else the system's temporary folder (no worker: cluster=none)."""
     if shard_dir:
         return Path(os.path.expandvars(os.path.expanduser(str(shard_dir))))
     try:
-        from distributed import get_worker
+        if worker is None:
+            from distributed import get_worker
 
-        local = Path(get_worker().local_directory)
+            worker = get_worker()
+        local = Path(worker.local_directory)
     except (ImportError, ValueError):  # not in a worker
         return Path(tempfile.gettempdir()) / SHARDS
     base = local.parent
@@ -190,9 +192,10 @@ def held_shard(spec: ShardSpec, shard_dir: Optional[str] = None) -> Optional[Dic
     return None if folder is None else {**describe_shard(folder), "made": False, "seconds": 0.0}
 
 
-def list_shards(shard_dir: Optional[str] = None, source: Optional[str] = None) -> List[Dict[str, Any]]:
-    """Every whole shard this host keeps (of ``source`` only, if given): describe_shard's rows."""
-    root = shard_root(shard_dir)
+def list_shards(shard_dir: Optional[str] = None, source: Optional[str] = None, dask_worker=None) -> List[Dict[str, Any]]:
+    """Every whole shard this host keeps (of ``source`` only, if given): describe_shard's rows. (Run on
+    every worker by ``Client.run``, which passes ``dask_worker``.)"""
+    root = shard_root(shard_dir, dask_worker)
     found = []
     for meta in sorted(root.glob(f"{source or '*'}/*/meta.json")):
         if ".tmp-" not in meta.parent.name:
