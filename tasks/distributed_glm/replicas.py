@@ -284,7 +284,8 @@ class DaskCocoaParts(_DaskReplicas):
                 continue
             self.made.append({"part": i, "round": self.round_no, "worker": self.home[i], **row})
             return ref
-        raise RuntimeError(f"no worker could hold the shard of part {i}")
+        reasons = [e["reason"] for e in self.events if e["replica"] == i][-2:]
+        raise RuntimeError(f"no worker could hold the shard of part {i}; the last reasons: {reasons}")
 
     def _prepare_shards(self):
         from concurrent.futures import ThreadPoolExecutor

@@ -15,7 +15,7 @@ EXPERIMENT = "tests/pipelines/test_experiment.py"
 CLI = "tests/pipelines/test_cli.py"
 MULTIHOST = "tests/multihost/test_multihost.py"  # marker multihost: make test-multihost, as root
 OUT_OF_CORE = "tests/pipelines/test_out_of_core.py"
-# workers with their own local directories (not yet on separate hosts: the multi-host test has no disk case)
+# workers with their own local directories (across hosts: test_multihost.py's shards test, as root)
 DISK_WORKERS = "tests/tasks/distributed_glm/test_disk_replicas.py::test_parts_on_the_workers_disks_equal_the_same_parts_in_process"
 COCOA_DISK = "tests/pipelines/test_cocoa_disk.py::test_the_preset_runs_and_every_part_reads_its_shard"
 
