@@ -77,7 +77,7 @@ class CocoaArm(CoCoA):
             if key not in placement.cache:
                 placement.cache[key] = self.sigma_value(problem, placement.cache.setdefault("sigma", {}))
             sigma, setup_s = placement.cache[key]
-        elif self.sigma == "data":
+        elif self.sigma == "data" and problem is None:
             raise ValueError("CoCoA+'s sigma='data' computes sigma' from the data in the driver's RAM; with every arm "
                              "on disk there is none: use sigma='safe' or a number.")
         skeleton = None if placement is None else skeleton_problem(placement.model, np.asarray(placement.y),
