@@ -24,7 +24,7 @@ from solvers.glm.models import MODELS
 from tasks.cluster import (ClusterConfig, LocalClusterConfig, LocalCudaClusterConfig, RemoteClusterConfig,
                            SlurmClusterConfig)
 from tasks.data import (CriteoData, LibsvmData, NpyData, SklearnData, SphereData, SyntheticCriteoData,
-                        SyntheticDenseData, SyntheticSparseData, ZarrData)
+                        SyntheticDenseData, SyntheticRowsData, SyntheticSparseData, ZarrData)
 
 POSITIVE = Real(0, None, "neither")
 
@@ -203,7 +203,7 @@ class Config:
 # itself so that `model=...` lists only real options).
 SCHEMAS = {
     "model": {**{name: model_schema(m) for name, m in MODELS.items()}, "mlp": MlpModel},
-    "data": {"synthetic_dense": SyntheticDenseData, "synthetic_sparse": SyntheticSparseData,
+    "data": {"synthetic_dense": SyntheticDenseData, "synthetic_rows": SyntheticRowsData, "synthetic_sparse": SyntheticSparseData,
              "libsvm": LibsvmData, "sklearn": SklearnData, "sphere": SphereData, "npy": NpyData,
              "zarr": ZarrData, "criteo": CriteoData, "synthetic_criteo": SyntheticCriteoData},
     "solver": {"duhl": DuhlSolverConfig, "cocoa": CocoaSolverConfig, "diana": DianaSolverConfig},

@@ -9,14 +9,15 @@ from typing import Any, Iterator, Optional, Tuple
 
 from pipelines.tracking import relative
 from tasks.cluster import cluster_lost_as_error, connect, describe, validate_cluster_config
-from tasks.parts import DataParts, choose_access
+from tasks.parts import DataParts, DiskShards, choose_access
 
 
 @contextlib.contextmanager
 def cluster_and_data(cluster_cfg: Any, dataset_path: Path, console: Any,
-                     output_dir: Path) -> Iterator[Tuple[Optional[Any], Optional[DataParts]]]:
+                     output_dir: Path, data_cfg: Any = None) -> Iterator[Tuple[Optional[Any], Optional[DataParts]]]:
     """(client, parts) for the configured cluster and dataset; (None, None) for cluster=none.
-    Shipped parts are freed on exit."""
+    Shipped parts are freed on exit; with data_access=disk, parts is a DiskShards (``data_cfg``: the
+    data config a worker makes its shard from, where it can)."""
     c = validate_cluster_config(cluster_cfg)
     with connect(c) as client:
         if client is None:
@@ -31,13 +32,16 @@ def cluster_and_data(cluster_cfg: Any, dataset_path: Path, console: Any,
                 script.parent.mkdir(parents=True, exist_ok=True)
                 script.write_text(client.cluster.job_script())
                 console.print(f"job script: {script}")
-            parts = DataParts(client, dataset_path, choose_access(client, dataset_path, c.data_access))
+            if c.data_access == "disk":
+                parts = DiskShards(client, dataset_path, c.shard_source, c.shard_dir, data_cfg, c.timeout_s)
+            else:
+                parts = DataParts(client, dataset_path, choose_access(client, dataset_path, c.data_access))
         console.print(f"data on the workers: {parts.how(relative(dataset_path))}")
         try:
             yield client, parts
         finally:
-            if parts.access == "scatter":
-                console.print(f"data shipped to the workers: {parts.summary()}")
+            if parts.access in ("scatter", "disk"):
+                console.print(f"data {'shipped to' if parts.access == 'scatter' else 'on'} the workers: {parts.summary()}")
             parts.release()
 
 

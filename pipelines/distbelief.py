@@ -83,6 +83,9 @@ def plan(cfg: DictConfig) -> Dict[str, Any]:
     if cluster.name == "none":
         raise ValueError("The 'name' parameter of cluster must name a Dask cluster for experiment.kind="
                          "'distbelief' (e.g. cluster=local). Got 'none' instead.")
+    if getattr(cluster, "data_access", None) == "disk":
+        raise ValueError("The 'data_access' parameter of cluster 'disk' keeps CoCoA+'s shards on the workers' disks; "
+                         "DistBelief's replicas read rows in RAM: use auto, mmap or scatter. Got 'disk' instead.")
     data = validate_data_config(OmegaConf.to_container(cfg.data, resolve=True))
     cache_key(data, PROJECT_ROOT)  # a missing data file fails here
     model = OmegaConf.to_container(cfg.model, resolve=True)

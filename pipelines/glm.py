@@ -27,14 +27,15 @@ from pipelines.deploy import arm_on, cluster_and_data
 from pipelines.tracking import (PROJECT_ROOT, SWEEP_PARENT_ENV, RoundSampler, arm_run_name, config_params, flatten, shown_uri,
                                 relative)
 from solvers.glm.models import get_model
-from tasks.arms import make_solver, prepare_on_disk, progress_metric, run_arm, warmup
+from tasks.arms import is_distributed, make_solver, prepare_on_disk, progress_metric, run_arm, warm_workers, warmup
 from tasks.cluster import validate_cluster_config
 from tasks.data import BYTE_COUNTED, cache_key, load_dataset, resolve_path, validate_data_config
-from tasks.distributed_glm.arms import Placement
+from tasks.data.shards import MAKES_BY_RANGE
+from tasks.distributed_glm.arms import Placement, cocoa_shards
 from tasks.distributed_glm.arms import check_model as check_arm_model
 from tasks.peers import missing_reason
 from tasks.problems import build_problem, describe_labels
-from tasks.resources import ArmResources, cold_read_bandwidth
+from tasks.resources import ArmResources, WorkerResources, cold_read_bandwidth
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +90,7 @@ def plan(cfg: DictConfig) -> Plan:
         missing = missing_reason(solver.library) if hasattr(solver, "library") else None
         if missing:  # a peer library not installed: say so before any data is made
             raise ValueError(f"Arm '{name}': {missing}")
+    check_disk_arms(validate_cluster_config(cfg.cluster), data, arms)
     metrics = sorted({progress_metric(s) for s in arms.values()})
     if len(metrics) > 1:
         raise ValueError(f"The arms of one experiment must share a progress metric; these mix {metrics}.")
@@ -100,6 +102,32 @@ def plan(cfg: DictConfig) -> Plan:
                              f"experiment.arms {sorted(arms)}.")
     target = float(exp.target_suboptimality if metrics == ["suboptimality"] else exp.target_rel_gap)
     return Plan(data, model, arms, main_arm, list(exp.baselines), metrics[0], target)
+
+
+DENSE_KINDS = ("synthetic_dense", "synthetic_rows", "sklearn", "npy", "zarr")  # data whose cache holds a dense X.npy
+
+
+def check_disk_arms(cluster: Any, data: Any, arms: Dict[str, Dict[str, Any]]) -> None:
+    """The checks of arms on disk and of data_access=disk that need no data (one-line ValueError)."""
+    disk = getattr(cluster, "data_access", None) == "disk"
+    cocoa_on_disk = [n for n, s in arms.items() if s.get("name") == "cocoa" and s.get("host_budget") is not None]
+    if cluster.name != "none" and cocoa_on_disk and not disk:
+        raise ValueError(f"Arm '{cocoa_on_disk[0]}': CoCoA+ with a host_budget trains each part from its shard on its "
+                         "worker's disk: set cluster.data_access=disk.")
+    if not (disk or cocoa_on_disk):
+        return
+    if data.name not in DENSE_KINDS:
+        raise ValueError(f"Shards on disk hold dense data today (data {list(DENSE_KINDS)}); data '{data.name}' is kept "
+                         "in a sparse store, whose shards come with DuHL's sparse disk tier. Use data_access auto, mmap or "
+                         "scatter, or no host_budget for CoCoA+.")
+    if disk:
+        diana = [n for n, s in arms.items() if s.get("name") == "diana"]
+        if diana:
+            raise ValueError(f"Arm '{diana[0]}': DIANA's workers hold their rows in RAM; cluster.data_access=disk keeps "
+                             "CoCoA+'s shards on the workers' disks: use auto, mmap or scatter.")
+        if cluster.shard_source == "maker" and data.name not in MAKES_BY_RANGE:
+            raise ValueError(f"The 'shard_source' parameter 'maker' of cluster makes shards of {list(MAKES_BY_RANGE)} data "
+                             f"only. Got data '{data.name}' instead: use stream (or file on a shared file system).")
 
 
 def default_arm(solver: Any) -> str:
@@ -143,13 +171,13 @@ def run_tracked_arm(cfg: DictConfig, plan: Plan, tracker: Any, arm_id: str, name
             if sampler.keep(row):
                 tracker.log_round(arm_id, row)
 
-        with ArmResources() as used:
+        with ArmResources() as used, WorkerResources(getattr(placement, "client", None)) as workers:
             result = run_arm(problem, settings, callback=on_row, placement=placement)
     last = result.trace.iloc[-1].to_dict()
     if sampler.last_kept is None or sampler.last_kept["round"] != last["round"]:
         tracker.log_round(arm_id, last)  # the curve ends where the run ended
     stats = report.arm_stats(result.trace, plan.target, result.status, plan.metric)
-    tracker.log_metrics(arm_id, {**stats.run_metrics(), **used.metrics()})
+    tracker.log_metrics(arm_id, {**stats.run_metrics(), **used.metrics(), **workers.metrics()})
     if "bytes_disk" in result.trace:  # the trace's count of disk bytes beside the operating system's
         log.info("arm %s: read %.3f GB from disk by the trace, %.3f GB by /proc/self/io; peak RSS +%.3f GB",
                  name, result.trace["bytes_disk"].iloc[-1] / 1e9, used.os_read_bytes / 1e9, used.peak_rss_delta / 1e9)
@@ -162,7 +190,12 @@ def run_tracked_arm(cfg: DictConfig, plan: Plan, tracker: Any, arm_id: str, name
     result.trace.to_csv(csv, index=False)
     tracker.log_artifact(arm_id, csv)
     log.info("arm %s: %s, %s %.2e after %.2fs", name, result.status, plan.metric, last[plan.metric], result.time_s)
-    extras = {"notes": list(getattr(result, "notes", []) or []), **used.metrics(),
+    if getattr(result, "shards", None):  # parts on disk: where each part's shard is at the end
+        tracker.set_tags(arm_id, {"shards": json.dumps(result.shards)[:5000]})
+        for row in result.shards:
+            log.info("arm %s: part %d's shard %s on %s%s", name, row["part"], row.get("shard", row.get("path")),
+                     row.get("home", row.get("host")), "" if row.get("on_home", True) else " (missing there!)")
+    extras = {"notes": list(getattr(result, "notes", []) or []), **used.metrics(), **workers.metrics(),
               **{k: getattr(result, k) for k in ("sigma", "sigma_s", "events") if hasattr(result, k)}}
     return result.trace, stats, extras
 
@@ -204,14 +237,27 @@ def run(cfg: DictConfig, plan: Plan, tracker: Any, tags: Dict[str, str], run_nam
         traces, stats, extras = {}, {}, {}
         (output_dir / "traces").mkdir(parents=True, exist_ok=True)
         # client None: cluster=none, everything in this process
-        with cluster_and_data(cfg.cluster, dataset.path, console, output_dir) as (client, parts):
+        with cluster_and_data(cfg.cluster, dataset.path, console, output_dir, plan.data) as (client, parts):
             if parts is not None:
                 tracker.set_tags(parent_id, {"data_access": parts.access})
             placement = Placement(client, dataset.path, dataset.X, dataset.y, plan.model,
                                   float(getattr(validate_cluster_config(cfg.cluster), "timeout_s", 60.0)), parts=parts)
-            if on_disk:
+            if client is not None:
+                seconds = warm_workers(client, plan.model, dataset.X, dataset.y, plan.arms)
+                if seconds:
+                    console.print(f"warm-up on the workers (the replicated arms' kernels): {seconds:.2f}s, not counted "
+                                  "in any arm")
+            if any(not is_distributed(plan.arms[name]) for name in on_disk):  # (CoCoA+'s shards have their own)
                 console.print(f"coordinate statistics for the arms on disk (features, or samples for a classifier): "
                               f"one pass, {prepare_on_disk(placement):.2f}s")
+            for name, settings in plan.arms.items():
+                start = time.perf_counter()
+                shards = cocoa_shards(placement, settings)
+                if shards:
+                    made = [r for r in shards if r.get("made")]
+                    console.print(f"shards of arm {name}: {len(shards)} ({sum(r['bytes'] for r in shards) / 1e6:.1f} MB), "
+                                  f"{len(made)} made now, {len(shards) - len(made)} found on disk, in "
+                                  f"{time.perf_counter() - start:.2f}s (not counted in any arm)")
             for name, settings in plan.arms.items():
                 arm_tags = {**tags["arm"], "arm": name, "mlflow.runColor": colours[name]}
                 with tracker.run(arm_run_name(name, run_name), parent_id, arm_tags) as arm_id, \

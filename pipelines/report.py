@@ -197,9 +197,10 @@ def disk_table(traces: Mapping[str, Any], extras: Mapping[str, Mapping[str, Any]
     operating system (/proc/self/io), passes over the data, rounds, its last certified rel_gap and
     its peak RSS above its start."""
     t = Table(title=f"Disk and RAM ({data_bytes / 1e9:.2f} GB of data; OS: /proc/self/io read_bytes, "
-                    "peak RSS above the arm's start)")
+                    "peak RSS above the arm's start; of the workers for an arm on a cluster: their reads' sum, "
+                    "the largest worker's peak)")
     for column in ("arm", "time (s)", "GB read (trace)", "GB read (OS)", "passes", "read GB/s", "rounds",
-                   "last certified rel_gap", "peak RSS +GB"):
+                   "last certified rel_gap", "peak RSS +GB", "worker peak RSS +GB"):
         t.add_column(column, justify="left" if column == "arm" else "right")
     for name, trace in traces.items():
         extra = extras.get(name, {})
@@ -210,10 +211,12 @@ def disk_table(traces: Mapping[str, Any], extras: Mapping[str, Mapping[str, Any]
 
         def gb(v):
             return "-" if v is None or math.isnan(v) else f"{v / 1e9:.2f}"
-        t.add_row(name, f"{float(trace['time_s'].iloc[-1]):.2f}", gb(disk), gb(extra.get("os_read_bytes")),
+        os_read = extra.get("workers_os_read_bytes", extra.get("os_read_bytes"))
+        t.add_row(name, f"{float(trace['time_s'].iloc[-1]):.2f}", gb(disk), gb(os_read),
                   "-" if math.isnan(disk) else f"{disk / data_bytes:.1f}",
                   "-" if math.isnan(disk) or not disk_s else f"{disk / disk_s / 1e9:.2f}",
-                  f"{int(trace['round'].iloc[-1]) + 1}", f"{last:.1e}", gb(extra.get("peak_rss_delta")))
+                  f"{int(trace['round'].iloc[-1]) + 1}", f"{last:.1e}", gb(extra.get("peak_rss_delta")),
+                  gb(extra.get("workers_peak_rss_delta")))
     return t
 
 

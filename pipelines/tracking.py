@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -44,6 +45,8 @@ EXPERIMENT_NOTE = ("duhl-lab: a run per comparison, its arms nested under it (+)
 ROUND_METRICS = ("time_s", "epoch", "primal", "dual", "gap", "rel_gap", "bytes_h2d", "swaps", "bits_sent",
                  "suboptimality", "train_loss", "test_accuracy", "staleness_mean", "samples", "staleness_max",
                  "certified", "bytes_disk", "disk_s", "step_s", "samples_per_s", "bytes_sent")
+# A CoCoA+ part's own counters (part<k>_bytes_disk, part<k>_bits_sent): logged beside them.
+PER_PART = re.compile(r"part\d+_(bytes_disk|bits_sent)")
 # Logged beside them as log10_<name>: the UI's log axis reads ticks below 1e-6 as "0".
 LOG10_METRICS = ("rel_gap", "suboptimality")
 # In a row with certified = 0 these are estimates (stale gaps): logged as <name>_estimate.
@@ -300,6 +303,7 @@ class Tracker:
         Its timestamp is the run's start + the row's solver time ``time_s``, so the UI's
         "Time (Relative)" axis is solver time (overheads excluded) and arms compare on it."""
         metrics = {k: row[k] for k in ROUND_METRICS if k in row}
+        metrics.update({k: v for k, v in row.items() if PER_PART.fullmatch(k)})
         if row.get("certified", 1) == 0:  # between certificates the gap is an estimate: its own curve
             metrics.update({f"{k}_estimate": metrics.pop(k) for k in ESTIMATED if k in metrics})
         for key in LOG10_METRICS:

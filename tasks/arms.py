@@ -120,10 +120,23 @@ def warmup(model_cfg: Mapping[str, Any], X, y, arms: Mapping[str, Mapping[str, A
             make_solver(small).warm_up(problem)  # a peer: its first fit, in this process (its fits fork from it)
         else:
             make_solver(small).solve(problem)
-            if solver_class(settings) is DuHL and settings.get("host_budget") is not None:
-                # the data on disk runs the Python round loop, the miniature in RAM the compiled one
-                make_solver({**small, "memory_budget": 0.5, "loop": "python"}).solve(problem)
+            if settings.get("host_budget") is not None and solver_class(settings) in (DuHL, DISTRIBUTED_ARMS["cocoa"]):
+                # the data on disk runs DuHL's Python round loop (CoCoA+'s parts too), the miniature in RAM the
+                # compiled one
+                DuHL(memory_budget=0.5, loop="python", max_epochs=2, tol=0.0).solve(problem)
     _first_touch(X, arms)  # last: a first run's compilation (~80 s) would leave its pages cold again
+    return time.perf_counter() - start
+
+
+def warm_workers(client, model_cfg: Mapping[str, Any], X, y, arms: Mapping[str, Mapping[str, Any]]) -> float:
+    """:func:`warmup` on every worker of ``client`` for the replicated arms (CoCoA+, DIANA), on the same
+    read-only miniature (shipped: kilobytes), so no round pays for loading compiled code, nor does a
+    worker's memory count it in an arm's peak. Returns seconds (0 without such arms)."""
+    arms = {name: s for name, s in arms.items() if is_distributed(s)}
+    if client is None or not arms:
+        return 0.0
+    start = time.perf_counter()
+    client.run(warmup, dict(model_cfg), *read_only_miniature(model_cfg["name"], X, y), arms)
     return time.perf_counter() - start
 
 
@@ -146,15 +159,19 @@ def run_arm(problem, settings: Mapping[str, Any], callback: Optional[Callable[[d
     (tasks.distributed_glm.arms.Placement): where the arm runs and the data it reads.
     With a cluster, replicated solvers spread over its workers, and any other arm runs
     whole on one worker (a Dask-CUDA worker: its GPU), which memory-maps the dataset or
-    gets it shipped (``placement.parts``); its trace rows reach ``callback`` when it ends."""
+    gets it shipped (``placement.parts``); its trace rows reach ``callback`` when it ends.
+    With ``data_access=disk`` the workers hold the replicas' shards, and an arm that runs whole
+    runs in this process."""
     solver = make_solver(settings, callback=callback)
+    if getattr(solver, "distributed", False):  # (CoCoA+ with a host_budget: its parts read their shards)
+        return solver.solve(problem, placement=placement)
     if getattr(solver, "host_budget", None) is not None:  # the data stays on disk, this process reads it
         if placement is None:
             raise ValueError("An arm with a host_budget reads the dataset's cache folder: run it with a placement.")
         return solver.solve(problem_on_disk(placement))
-    if getattr(solver, "distributed", False):
-        return solver.solve(problem, placement=placement)
-    if placement is not None and placement.client is not None:
+    # an arm that runs whole runs on a worker, except with data_access=disk (the workers hold shards:
+    # it runs here, on the driver's data)
+    if placement is not None and placement.client is not None and getattr(placement.parts, "access", "") != "disk":
         for attempt in range(3):  # shipped data lost with its worker (cancelled): ship it again
             data = placement.parts.ref(whole, placement.parts.path)  # shipped: to a worker the task then runs on
             future = placement.client.submit(solve_on_worker, data, dict(placement.model), dict(settings),

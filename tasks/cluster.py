@@ -25,7 +25,8 @@ A LocalCluster's scheduler, workers and HTTP server (dashboard) listen on
 ``host`` (127.0.0.1 unless the config names another). ``remote`` joins a
 scheduler over ``tls://`` with the ``tls_*`` files (Dask's ``Security``).
 ``data_access`` says how workers get their data (tasks.parts: ``mmap`` the
-driver's cache, ``scatter`` it from the driver, or ``auto``: ask the workers).
+driver's cache, ``scatter`` it from the driver, ``auto``: ask the workers; or ``disk``:
+each keeps its shard on its own disk, in ``shard_dir``, made from ``shard_source``).
 A scheduler lost mid-run surfaces as ``ClusterLost`` (one line).
 """
 
@@ -43,7 +44,8 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional
 from solvers.glm.checks import Either, Integer, Options, Real, Rule, check_fields, ruled
 
 CLUSTERS = ("none", "local", "local_cuda", "remote", "slurm")
-DATA_ACCESS = Options(("auto", "mmap", "scatter"))  # tasks.parts
+DATA_ACCESS = Options(("auto", "mmap", "scatter", "disk"))  # tasks.parts
+SHARD_SOURCE = Options(("auto", "stream", "file", "maker"))  # tasks.parts.DiskShards
 LOCALHOST = "127.0.0.1"
 
 TIMEOUT = Real(0, None, "neither")
@@ -92,6 +94,8 @@ class LocalClusterConfig(ClusterConfig):
     host: str = ruled(LOCALHOST, Host())  # scheduler, workers and HTTP server listen here only
     dashboard_address: Optional[str] = None  # e.g. ":8787" (on host); None: no dashboard
     data_access: str = ruled("auto", DATA_ACCESS)
+    shard_dir: Optional[str] = None  # data_access=disk: where each worker keeps shards (None: beside its Dask scratch space)
+    shard_source: str = ruled("auto", SHARD_SOURCE)  # data_access=disk: stream | file | maker | auto
     timeout_s: float = ruled(60.0, TIMEOUT)  # start-up and every wait on the cluster
 
 
@@ -107,6 +111,8 @@ class LocalCudaClusterConfig(ClusterConfig):
     host: str = ruled(LOCALHOST, Host())
     dashboard_address: Optional[str] = None
     data_access: str = ruled("auto", DATA_ACCESS)
+    shard_dir: Optional[str] = None  # data_access=disk: where each worker keeps shards (None: beside its Dask scratch space)
+    shard_source: str = ruled("auto", SHARD_SOURCE)  # data_access=disk: stream | file | maker | auto
     timeout_s: float = ruled(120.0, TIMEOUT)
 
 
@@ -120,6 +126,8 @@ class RemoteClusterConfig(ClusterConfig):
     tls_client_cert: Optional[str] = ruled(None, OPTIONAL_FILE)
     tls_client_key: Optional[str] = ruled(None, OPTIONAL_FILE)
     data_access: str = ruled("auto", DATA_ACCESS)
+    shard_dir: Optional[str] = None  # data_access=disk: where each worker keeps shards (None: beside its Dask scratch space)
+    shard_source: str = ruled("auto", SHARD_SOURCE)  # data_access=disk: stream | file | maker | auto
     timeout_s: float = ruled(60.0, TIMEOUT)
 
 
@@ -142,6 +150,8 @@ class SlurmClusterConfig(ClusterConfig):
     dashboard_address: str = LOCALHOST + ":0"  # the scheduler's HTTP server, on the login node
     n_jobs: int = ruled(2, Integer(1))
     data_access: str = ruled("auto", DATA_ACCESS)
+    shard_dir: Optional[str] = None  # data_access=disk: where each worker keeps shards (None: beside its Dask scratch space)
+    shard_source: str = ruled("auto", SHARD_SOURCE)  # data_access=disk: stream | file | maker | auto
     timeout_s: float = ruled(600.0, TIMEOUT)  # batch queues can be slow to start jobs
 
 
@@ -238,7 +248,8 @@ def _slurm_cluster(c: SlurmClusterConfig):
     except ImportError as error:
         raise RuntimeError("cluster=slurm needs dask-jobqueue: pip install dask-jobqueue") from error
     kwargs = {k: v for k, v in dataclasses.asdict(c).items()
-              if k not in ("name", "n_jobs", "timeout_s", "data_access", "dashboard_address") and v not in (None, [])}
+              if k not in ("name", "n_jobs", "timeout_s", "data_access", "dashboard_address", "shard_dir", "shard_source")
+              and v not in (None, [])}
     return SLURMCluster(**kwargs, scheduler_options={"dashboard_address": c.dashboard_address})
 
 

@@ -16,8 +16,17 @@ A worker-side task never opens the dataset by itself; it receives a *part ref* f
     that cuts the data the same way; one whose holder died (a scattered key has no
     lineage) is scattered again when a replica is rebuilt elsewhere.
 
+``disk``
+    each worker keeps its part on its own disk, a *shard* in the cache's format
+    (tasks/data/shards.py), made once and reused by every arm and later run:
+    :class:`DiskShards` streams it from the driver's cache in chunks, or has the worker
+    copy it from a cache it sees (a shared file system) or make it from the data config
+    (``synthetic_rows``). CoCoA+ parts train from it (with a ``host_budget``: DuHL from
+    disk; without: read into RAM once); tasks/distributed_glm/disk.py builds them.
+
 ``auto`` (:func:`choose_access`) asks every worker whether it sees the cache folder
-with the same ``meta.json``: ``mmap`` if all do, else ``scatter``.
+with the same ``meta.json``: ``mmap`` if all do, else ``scatter`` (``disk`` is chosen only
+by name).
 
 The payload functions (:func:`rows`, :func:`columns`, :func:`whole`) return what a
 worker would slice from the memory map; shipped arrays keep their memory order
@@ -37,8 +46,13 @@ import numpy as np
 import scipy.sparse as sp
 
 from tasks.data import read_cached
+from solvers.storage.files import read_npy_header
+from tasks.data.shards import (CHUNK_BYTES, MAKES_BY_RANGE, ShardLost, ShardSpec, ensure_shard, held_shard, list_shards,
+                               stream_shard)
+from tasks.distributed_glm.disk import ShardRef, file_source, maker_source, source_file
 
-ACCESS_MODES = ("auto", "mmap", "scatter")
+ACCESS_MODES = ("auto", "mmap", "scatter", "disk")
+SHARD_SOURCES = ("auto", "stream", "file", "maker")
 
 
 # ------------------------------------------------------------------ payloads
@@ -144,9 +158,113 @@ def choose_access(client, path, access: str = "auto") -> str:
                          f"Got {access!r} instead.")
     if access != "auto":
         return access
+    return "mmap" if all_see(client, path) else "scatter"
+
+
+def all_see(client, path) -> bool:
+    """Whether every worker sees the driver's cache folder ``path`` (the same meta.json)."""
     meta = (Path(path) / "meta.json").read_bytes()
     answers = client.run(_sees, str(path), meta)
-    return "mmap" if answers and all(answers.values()) else "scatter"
+    return bool(answers) and all(answers.values())
+
+
+# ------------------------------------------------------------------ shards on the workers' disks
+class DiskShards:
+    """The driver's side of ``data_access=disk``: each part's shard on its worker's own disk.
+
+    ``source``: how a missing shard gets there: ``stream`` (from this process's cache folder
+    ``path``, in chunks: tasks.data.shards.stream_shard), ``file`` (the worker copies its range of
+    ``path``, which it sees: a shared file system), ``maker`` (the worker makes its samples from
+    ``data_cfg``), or ``auto``: maker for the data kinds made by ranges, file when every worker sees
+    ``path``, else stream. ``shard_dir``: where each worker keeps shards (None: beside its Dask
+    scratch space). A shard the worker already holds (an earlier arm or run) is used as it is.
+    """
+
+    access = "disk"
+
+    def __init__(self, client, path, source: str = "auto", shard_dir: Optional[str] = None, data_cfg=None,
+                 timeout_s: float = 60.0, chunk_bytes: int = CHUNK_BYTES):
+        if source not in SHARD_SOURCES:
+            raise ValueError(f"The 'shard_source' parameter of cluster must be one of {SHARD_SOURCES}. "
+                             f"Got {source!r} instead.")
+        kind = getattr(data_cfg, "name", None) if data_cfg is not None else None
+        if source == "maker" and kind not in MAKES_BY_RANGE:
+            raise ValueError(f"The 'shard_source' parameter 'maker' of cluster makes shards of {MAKES_BY_RANGE} "
+                             f"data only. Got data {kind!r}: use 'stream' (or 'file' on a shared file system).")
+        self.client, self.path, self.shard_dir, self.data_cfg = client, str(path), shard_dir, data_cfg
+        self.timeout_s, self.chunk_bytes = float(timeout_s), int(chunk_bytes)
+        if source == "auto":
+            source = "maker" if kind in MAKES_BY_RANGE else ("file" if all_see(client, path) else "stream")
+        self.source = source
+        # 'parts': shards streamed; 'bytes': their bytes; 'again': streamed again after a worker was lost
+        self.stats = {"parts": 0, "bytes": 0, "seconds": 0.0, "again": 0}
+        self._streamed: Dict[str, set] = {}  # shard name -> the workers it was streamed to
+
+    def how(self, shown: Optional[str] = None) -> str:
+        path = shown or self.path
+        where = f" in {self.shard_dir}" if self.shard_dir else ""
+        how = {"stream": f"streamed from {path} in chunks", "file": f"copied by the worker from {path}",
+               "maker": f"made by the worker from data '{getattr(self.data_cfg, 'name', '?')}'"}[self.source]
+        return f"disk: each worker keeps its shard on its own disk{where} (when missing: {how}), reused by every arm and run"
+
+    def summary(self, since: Optional[Dict[str, Any]] = None) -> str:
+        s = {k: v - (since or {}).get(k, 0) for k, v in self.stats.items()}
+        if self.source != "stream":
+            return f"nothing streamed (shards made by the workers: {self.source})"
+        again = f", {s['again']} again after a worker was lost" if s["again"] else ""
+        return f"{s['parts']} shards streamed, {s['bytes'] / 1e6:.1f} MB in {s['seconds']:.2f}s{again}"
+
+    def release(self) -> None:
+        """Nothing to free: shards stay on the workers' disks for later arms and runs."""
+
+    def source_for(self, skeleton):
+        """What a worker makes a missing shard from (None: the driver streams it)."""
+        if self.source == "maker":
+            return maker_source(self.data_cfg)
+        if self.source == "file":
+            return file_source(self.path, skeleton)
+        return None
+
+    @property
+    def dtype(self):
+        """The dataset's dtype (the driver's cache: X.npy's header)."""
+        return read_npy_header(Path(self.path) / "X.npy")[2]
+
+    def ensure(self, spec: ShardSpec, skeleton, y, worker: str):
+        """(the ShardRef a replica on ``worker`` opens, describe_shard's row): the shard made on that
+        worker's disk now if it holds none (streamed from here, or made there from its source).
+        Raises ShardLost when the worker dies or does not answer."""
+        source = self.source_for(skeleton)
+        on = dict(workers=[worker], allow_other_workers=False, pure=False)
+        try:
+            if source is None:
+                row = self.client.submit(held_shard, spec, self.shard_dir, **on).result(timeout=self.timeout_s)
+            else:
+                row = self.client.submit(ensure_shard, spec, source, self.shard_dir, **on).result(
+                    timeout=self.timeout_s + self.make_s(spec))
+        except ShardLost:
+            raise
+        except Exception as error:  # the worker died, or did not answer in time
+            raise ShardLost(f"asking {worker} for shard {spec.name}: {type(error).__name__}: "
+                            f"{str(error).splitlines()[0][:200] if str(error) else ''}") from None
+        if row is None:  # stream it there
+            start = time.perf_counter()
+            row = stream_shard(self.client, worker, spec, source_file(self.path, skeleton), y, self.shard_dir,
+                               self.chunk_bytes, self.timeout_s)
+            self.stats["seconds"] += time.perf_counter() - start
+            self.stats["bytes"] += row["sent_bytes"]
+            self.stats["parts"] += 1
+            self.stats["again"] += bool(self._streamed.get(spec.name))
+            self._streamed.setdefault(spec.name, set()).add(worker)
+        return ShardRef(spec, source, self.shard_dir), row
+
+    def make_s(self, spec: ShardSpec) -> float:
+        """Seconds a worker may take to make a shard from its source, beyond timeout_s: at 10 MB/s."""
+        return spec.nbytes / 10e6
+
+    def accounting(self, source: str) -> Dict[str, list]:
+        """Every whole shard of dataset ``source`` on every live worker: {worker: list_shards rows}."""
+        return self.client.run(list_shards, self.shard_dir, source)
 
 
 # ------------------------------------------------------------------ arrays
@@ -179,6 +297,6 @@ def _nbytes(value) -> int:
     return int(sum(total))
 
 
-def as_parts(client, data) -> DataParts:
-    """``data`` as DataParts: itself, or a cache folder the workers memory-map."""
-    return data if isinstance(data, DataParts) else DataParts(client, data, "mmap")
+def as_parts(client, data):
+    """``data`` as DataParts (or DiskShards): itself, or a cache folder the workers memory-map."""
+    return data if isinstance(data, (DataParts, DiskShards)) else DataParts(client, data, "mmap")

@@ -7,11 +7,17 @@ import numpy as np
 import scipy.sparse as sp
 
 
+def flip_signs(n, seed=0):
+    """The random sign t_i of each sample a peer sees its row and label multiplied by (the losses depend
+    on y_i <w, x_i> only: the same objective, and both classes in the labels)."""
+    return np.where(np.random.default_rng(seed).random(n) < 0.5, -1.0, 1.0)
+
+
 def peer_data(problem, seed=0):
     """(X, y) with the Problem's objective, as a scikit-learn style peer takes them."""
     if not problem.dual_form:
         return problem.A.T, problem.b          # Fortran view / CSC: what CD solvers want
-    t = np.where(np.random.default_rng(seed).random(problem.n_coords) < 0.5, -1.0, 1.0)
+    t = flip_signs(problem.n_coords, seed)
     if problem.sparse:
         X = sp.diags(t) @ problem.A
         return sp.csr_matrix(X, dtype=np.float64), t
@@ -48,13 +54,21 @@ def dual_point(problem, w, margins=None):
 def evaluate(problem, w):
     """(primal, dual, gap) of the peer's coefficients, by our objective code: for the
     regressions the certificate our solvers stop on (the state's own smallest valid gap,
-    solvers.glm.certificates; no history of other states)."""
+    solvers.glm.certificates; no history of other states). A classifier's problem may be on
+    disk (its samples read a chunk at a time)."""
     w = np.asarray(w, dtype=np.float64).ravel()
     if not problem.dual_form:
         z, off = problem.state_from(w)
         return problem.certify(w, z, off)[:3]
     off = np.zeros(1)
     zeros = np.zeros(problem.n_coords)
+    if problem.on_disk:  # three passes: the margins (s_i = <A_i, w>: the gap pass's), A^T a, the gaps
+        gaps0, margins = problem.coordinate_gaps(zeros, w, off, with_s=True)
+        primal = 0.5 * float(w @ w) + float(gaps0.sum())
+        a = dual_point(problem, w, margins)
+        Aa = problem.A.dot_t(a)
+        gap = float(problem.coordinate_gaps(a, w, off).sum()) + 0.5 * float((w - Aa) @ (w - Aa))
+        return primal, primal - gap, gap
     primal = 0.5 * float(w @ w) + float(problem.coordinate_gaps(zeros, w, off).sum())
     a = dual_point(problem, w)
     Aa = np.asarray(problem.A.T @ a, dtype=np.float64)

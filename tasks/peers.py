@@ -1,4 +1,5 @@
-"""Peer solvers (scikit-learn, celer, skglm, Snap ML, dask-glm, Vowpal Wabbit) as experiment arms.
+"""Peer solvers (scikit-learn, celer, skglm, Snap ML, dask-glm, Vowpal Wabbit; Spark MLlib:
+tasks/peer_spark.py) as experiment arms.
 
 A peer runs at a schedule of its own tolerances (or iteration caps); each fit
 starts from zero and is timed alone (its wall time, the median of ``repeats``
@@ -39,6 +40,8 @@ import scipy.sparse as sp
 
 from solvers.glm.trace import SolveResult, Trace
 from tasks.peer_scores import is_hinge, dual_point, evaluate, peer_data  # noqa: F401 (dual_point: re-exported)
+from tasks.peer_spark import SparkPeer
+from tasks.peer_spark import missing_reason as spark_missing_reason
 from tasks.stoppable import FitCut, StoppableFits
 
 TOLS = tuple(10.0 ** -k for k in range(2, 13))           # 1e-2 .. 1e-12
@@ -332,6 +335,8 @@ PEERS = {
 
 def missing_reason(name):
     """None when the peer's library imports, else why not (one line)."""
+    if name == SparkPeer.library:
+        return spark_missing_reason()
     module, pip, *_ = PEERS[name]
     try:
         with warnings.catch_warnings():
@@ -534,7 +539,7 @@ def _peer_class(name):
     return type(f"Peer_{name}", (base,), {"library": name, "__doc__": base.__doc__})
 
 
-PEER_SOLVERS = {name: _peer_class(name) for name in PEERS}
+PEER_SOLVERS = {**{name: _peer_class(name) for name in PEERS}, SparkPeer.library: SparkPeer}
 
 
 def make_peer(name, **kwargs):

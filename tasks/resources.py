@@ -31,8 +31,8 @@ def os_read_bytes() -> float:
     return _proc_field("/proc/self/io", "read_bytes:")
 
 
-def rss_bytes() -> float:
-    return _proc_field("/proc/self/status", "VmRSS:", 1024)
+def rss_bytes(pid: str = "self") -> float:
+    return _proc_field(f"/proc/{pid}/status", "VmRSS:", 1024)
 
 
 def peak_rss_bytes(pid: str = "self") -> float:
@@ -86,6 +86,59 @@ class ArmResources:
     def metrics(self) -> dict:
         return {k: v for k, v in (("os_read_bytes", self.os_read_bytes), ("peak_rss_delta", self.peak_rss_delta))
                 if not math.isnan(v)}
+
+
+def _worker_counters(reset: bool = False):
+    """On a worker: (RSS, peak RSS, bytes read from block devices) of its process; ``reset``: its peak
+    RSS reset to its RSS first."""
+    if reset:
+        reset_peak_rss()
+    return rss_bytes(), peak_rss_bytes(), os_read_bytes()
+
+
+class WorkerResources:
+    """What an arm cost each Dask worker process of ``client`` (None: nothing to count): its peak
+    RSS above its RSS at the arm's start (VmHWM, reset then), and bytes it read from block devices
+    meanwhile. A worker that joined during the arm counts its peak RSS above its first RSS seen;
+    one that left is not in the numbers. ``metrics()``: ``workers_peak_rss_delta`` (the largest),
+    ``workers_peak_rss`` (the largest peak), ``workers_os_read_bytes`` (their sum), and per worker
+    (numbered in the order of their addresses at the start) ``worker<i>_peak_rss_delta``."""
+
+    def __init__(self, client):
+        self.client = client
+        self.start: dict = {}
+        self.end: dict = {}
+
+    def __enter__(self):
+        if self.client is not None:
+            try:
+                self.start = self.client.run(_worker_counters, True)
+            except Exception:  # the cluster is not answering: nothing to count
+                self.start = {}
+        return self
+
+    def __exit__(self, *exc):
+        if self.client is not None:
+            try:
+                self.end = self.client.run(_worker_counters)
+            except Exception:
+                self.end = {}
+        return False
+
+    def metrics(self) -> dict:
+        if not self.end:
+            return {}
+        order = {w: i for i, w in enumerate(sorted(self.start))}
+        out, deltas = {}, {}
+        for worker, (rss, peak, read) in self.end.items():
+            rss0, _, read0 = self.start.get(worker, (rss, peak, read))
+            deltas[worker] = peak - rss0
+            if worker in order:
+                out[f"worker{order[worker]}_peak_rss_delta"] = deltas[worker]
+        reads = [read - self.start.get(w, (0, 0, read))[2] for w, (_, _, read) in self.end.items()]
+        out.update(workers_peak_rss_delta=max(deltas.values()), workers_peak_rss=max(p for _, p, _ in self.end.values()),
+                   workers_os_read_bytes=float(sum(reads)))
+        return {k: v for k, v in out.items() if not math.isnan(v)}
 
 
 def cold_read_bandwidth(path, max_bytes: int = 1 << 30) -> float:

@@ -40,7 +40,14 @@ as in everything else (in-process, where nothing is communicated, H = 1 or 2).
 
 Local solvers: ``"scd"`` (H epochs of in-memory SCD over the part) or
 ``"duhl"`` (DuHL under a device ``memory_budget`` for H epochs' worth of
-coordinate updates on the local subproblem).
+coordinate updates on the local subproblem). Parts whose data is on disk (each its own
+shard, built by the caller's executor: tasks/distributed_glm) run DuHL from disk with
+``host_budget`` of RAM for H DuHL rounds a round: the pass over the shard at the broadcast
+state gives both the part's gap and DuHL's gap memory, then H times the largest gaps are read
+into the RAM block and an epoch runs on it (H counts epochs of the block there), and DuHL
+certifies its end state. The trace then
+has ``bytes_disk`` (all parts, so far) and, per part k, ``part<k>_bytes_disk`` and
+``part<k>_bits_sent``.
 """
 
 from __future__ import annotations
@@ -70,6 +77,7 @@ class CocoaResult(SolveResult):
     sigma: float = 0.0      # the sigma' the parts used
     sigma_s: float = 0.0    # seconds spent computing it (set-up: not in time_s)
     events: list = field(default_factory=list)  # recoveries from lost workers
+    shards: list = field(default_factory=list)  # parts on disk: where each part's shard is (the executor's account)
 
 
 class CoCoA:
@@ -84,13 +92,18 @@ class CoCoA:
     sigma : {"safe", "data"} or float
         sigma': gamma K, the exact sigma'_min of the data and partition, or a value.
     local_epochs : int or "auto"
-        H, local epochs per round (auto: from the measured communication / computation).
+        H, local epochs per round (auto: from the measured communication / computation); parts on
+        disk: DuHL rounds, each an epoch over the part's RAM block (the coordinates of largest gap
+        its host_budget holds).
     local_solver : {"scd", "duhl"}
         In-memory SCD, or DuHL with ``memory_budget`` of each part on its device.
     compressor : None, a name or a mapping (see compression.make_compressor)
         None: exact messages. An unbiased compressor: DIANA-style shifted compression.
     shift_lr : float or None
         The shifts' step (None: 1 / (1 + omega)).
+    host_budget : None, float in (0, 1] or str
+        Parts on disk: the RAM each part's DuHL may use for its shard (a share of the shard's
+        bytes, or a size such as "256MB"), read buffers included.
     tol, max_epochs, max_time, random_state, callback, prefetch, gap_kernel, concurrency : as DuHL.
     """
 
@@ -98,7 +111,7 @@ class CoCoA:
                  memory_budget=None, selection="gap", tol=1e-6, max_epochs=1000, max_time=None,
                  device="cpu", random_state=None, callback=None, executor_factory=None,
                  prefetch="auto", gap_kernel="tpa", concurrency="auto", sigma="safe", compressor=None,
-                 shift_lr=None):
+                 shift_lr=None, host_budget=None):
         self.n_parts = n_parts
         self.aggregation = aggregation
         self.sigma = sigma
@@ -118,6 +131,7 @@ class CoCoA:
         self.executor_factory = executor_factory  # (solver, problem, parts spec) -> executor
         self.compressor = dict(compressor) if hasattr(compressor, "items") else compressor
         self.shift_lr = shift_lr
+        self.host_budget = host_budget
         self._validate()
 
     def _validate(self):
@@ -126,7 +140,8 @@ class CoCoA:
                      memory_budget=self.memory_budget, selection=self.selection, tol=self.tol,
                      max_epochs=self.max_epochs, max_time=self.max_time, device=self.device,
                      random_state=self.random_state, prefetch=self.prefetch,
-                     gap_kernel=self.gap_kernel, concurrency=self.concurrency, shift_lr=self.shift_lr)
+                     gap_kernel=self.gap_kernel, concurrency=self.concurrency, shift_lr=self.shift_lr,
+                     host_budget=self.host_budget)
         check_params("CoCoA", RULES, local_epochs=self.local_epochs, sigma=self.sigma)
         if self.compressor is not None:
             comp = make_compressor(self.compressor)
@@ -152,7 +167,7 @@ class CoCoA:
         """Constructor arguments of each part (without the problem). ``h0`` (compressed
         messages) is the driver's copy of the part's shift, updated in place every round:
         a part rebuilt on another worker starts from it."""
-        local_solver = "duhl" if self.memory_budget is not None else self.local_solver
+        local_solver = "duhl" if self.memory_budget is not None or self.host_budget is not None else self.local_solver
         m = problem.A.shape[1]
         first = 1 if self.local_epochs == "auto" else self.local_epochs
         return [dict(lo=lo, hi=hi, n_parts=self.n_parts, gamma=self.gamma, sigma=sigma,
@@ -160,6 +175,10 @@ class CoCoA:
                      memory_budget=self.memory_budget, device=self.device, prefetch=self.prefetch,
                      gap_kernel=self.gap_kernel, concurrency=self.concurrency,
                      random_state=part_seed(self.random_state, k),
+                     **({} if self.host_budget is None else
+                        # a part stops its local solve at its share of the target (the sum of the
+                        # parts' gaps at it is the target: the run converges once every part is there)
+                        dict(host_budget=self.host_budget, local_tol=self.tol / self.n_parts)),
                      **({} if self.compressor is None else
                         dict(compressor=self.compressor, shift_lr=self.shift_lr, h0=np.zeros(m))))
                 for k, (lo, hi) in enumerate(partition(problem.n_coords, self.n_parts))]
@@ -177,16 +196,17 @@ class CoCoA:
             sigma, setup_s = self.sigma_value(problem)
         notes = [f"sigma' = {sigma:.4g} ({self.sigma}; the safe gamma K = {self.gamma * self.n_parts:g})"
                  + (f", computed in {setup_s:.2f}s of set-up (not in time_s)" if setup_s else "")]
-        t0 = time.perf_counter()
         specs = self.part_specs(problem, sigma)
         n = problem.n_coords
         a = np.zeros(n) if a0 is None else np.array(a0, dtype=np.float64)
         if self.compressor is not None and a.any():
             raise ValueError("CoCoA with a compressor starts from a = 0 (its shifts start at 0).")
+        # the executor's construction is set-up (a part on disk makes its shard there): before the clock
         if self.executor_factory is None:
             executor = InProcessParts([CocoaPart(problem, a0=a[s["lo"]:s["hi"]], **s) for s in specs])
         else:
             executor = self.executor_factory(problem, specs, a)
+        t0 = time.perf_counter()
         try:
             return self._loop(problem, specs, a, executor, sigma, t0, notes, setup_s)
         finally:
@@ -207,17 +227,28 @@ class CoCoA:
         alpha = (default_shift_lr(make_compressor(self.compressor), problem.A.shape[1])
                  if compressed and self.shift_lr is None else self.shift_lr)
         H = specs[0]["local_epochs"]
+        K = len(specs)
+        part_disk = np.zeros(K, dtype=np.int64)  # each part's bytes read from disk, so far
+        part_bits = np.zeros(K, dtype=np.int64)  # each part's bits sent, so far
+        on_disk = False
+
+        def per_part():
+            if not on_disk:
+                return {}
+            return {"bytes_disk": int(part_disk.sum()), "disk_s": disk_s,
+                    **{f"part{k}_bytes_disk": int(part_disk[k]) for k in range(K)},
+                    **{f"part{k}_bits_sent": int(part_bits[k]) for k in range(K)}}
 
         def record(rnd, gap, updates, extra):
             primal, dual, _ = problem.objectives(a, z, off, gap=gap)
             row = dict(round=rnd, time_s=time.perf_counter() - t0, epoch=updates / n, primal=primal,
-                       dual=dual, gap=gap, rel_gap=gap / P0, bytes_dv=bytes_dv, bits_sent=bits, **extra)
+                       dual=dual, gap=gap, rel_gap=gap / P0, bytes_dv=bytes_dv, bits_sent=bits, **extra, **per_part())
             rows.append(row)
             if self.callback is not None:
                 self.callback(dict(row))
 
         updates, rnd, status = 0, 0, None
-        local_s = comm_s = 0.0
+        local_s = comm_s = disk_s = 0.0
         exact = False  # this round's messages uncompressed (compressed runs, before certifying)
         certified = True  # the broadcast state is exact: the gaps about to be summed are certified
         while True:
@@ -227,6 +258,10 @@ class CoCoA:
             wall = time.perf_counter() - t_round
             gap = float(sum(r.gap for r in results))
             work = max(r.seconds for r in results)
+            for k, r in enumerate(results):  # a round's reads are of its start pass too: counted in its row
+                part_disk[k] += r.bytes_disk
+                on_disk = on_disk or r.bytes_disk > 0
+            disk_s += max(r.disk_s for r in results)
             if rnd > 0:
                 local_s += work
                 comm_s += max(wall - work, 0.0)
@@ -249,14 +284,15 @@ class CoCoA:
                     estimate += h + r.message
                     h += (1.0 if exact else alpha) * r.message  # in place: specs[k]["h0"] follows
                 z = problem.c * (estimate - problem.b)
-            for s, r in zip(specs, results):
+            for k, (s, r) in enumerate(zip(specs, results)):
+                part_bits[k] += r.bits
                 if not compressed:
                     z += (g * problem.c) * r.message
                 off[0] += g * r.d_off
                 a[s["lo"]:s["hi"]] += g * r.da
                 bytes_dv += r.message.nbytes
                 bits += r.bits
-            updates += n * H
+            updates += sum(r.updates for r in results)  # (H epochs of each part's coordinates; on disk, of its block)
             certified = not compressed or exact
             exact = compressed and not exact and gap <= tol_abs  # an estimate at the target: verify
             if self.local_epochs == "auto" and rnd == 1:
@@ -279,4 +315,5 @@ class CoCoA:
         return CocoaResult(a=a, v=v, trace=frame, status=status, primal=primal, dual=dual, gap=gap,
                            rel_gap=gap / P0, time_s=rows[-1]["time_s"], epochs=updates / n,
                            n_rounds=rnd, bytes_dv=bytes_dv, bits_sent=bits, sigma=sigma, sigma_s=setup_s, notes=notes,
-                           events=list(getattr(executor, "events", [])))
+                           events=list(getattr(executor, "events", [])),
+                           shards=list(getattr(executor, "shards", [])))

@@ -14,6 +14,13 @@ local epochs, applies a_[k] += gamma da itself, and sends the driver its message
   An ``exact`` round sends v_k - h_k uncompressed and sets h_k = v_k on both
   sides (the driver asks for one before it certifies a gap).
 
+A part whose data is on disk (its shard: a problem of
+:func:`solvers.glm.problems.make_problem_on_disk`'s kind, ``host_budget`` of RAM for it) runs
+DuHL from disk as its local solver. The part knows the state its round starts from (the
+broadcast one), so DuHL's start reads no data for it (:class:`LocalSubproblem`), and DuHL's
+first pass over every coordinate's gap at that state is the part's share of the global gap:
+one pass over the shard a round gives both the certificate and the local solver's gap memory.
+
 Bits follow :mod:`solvers.distributed_glm.compression`'s wire convention (a float is
 32 bits): the message, plus 32 bits for the gap and 32 for the intercept offset
 when the problem has one. ``da`` also travels back (the driver's copy of a, from
@@ -23,15 +30,43 @@ and is not counted.
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import time
-from dataclasses import replace
-from typing import NamedTuple
+from dataclasses import dataclass, replace
+from typing import NamedTuple, Optional
 
 import numpy as np
 
 from solvers.distributed_glm.compression import FLOAT_BITS, make_compressor
+from solvers.duhl.budget import parse_budget
 from solvers.duhl.solver import DuHL
+from solvers.glm.problems import Problem
 from solvers.kernels import cpu
+from solvers.storage.on_disk import DEFAULT_BUFFER_BYTES
+
+# The local DuHL's stale-gap refresh on disk, fixed: DuHL's "auto" measures the disk against the
+# gap kernel on its first pass, a timing, which a part's rounds must not depend on (a part runs
+# one DuHL round a round, so no refresh is ever planned: its value changes nothing read).
+DISK_REFRESH = 1.0
+
+
+def ram_block_rows(host_bytes, row_bytes):
+    """The coordinates DuHL's RAM tier holds under ``host_bytes`` of dense rows of ``row_bytes``: its
+    read buffers first (an eighth of the budget, at most 64 MB, at least two rows), the block the
+    rest (solvers.duhl.solver's split, without prefetch)."""
+    buffer = max(2 * row_bytes, min(DEFAULT_BUFFER_BYTES, host_bytes // 8) // row_bytes * row_bytes)
+    return max(1, (host_bytes - buffer) // row_bytes)
+
+
+def epochs_of(updates, n):
+    """max_epochs for ``updates`` coordinate updates of n, or the nearest count under it (else over it) whose quotient
+    times n is that count exactly: DuHL's loop allows int(max_epochs * n - done) more updates a round, so
+    a product a hair off an integer (158 / 600 * 600 is 157.99999999999997) never lets it reach its
+    budget (solvers/duhl's stop; reported to its owner)."""
+    want = max(1, int(updates))
+    k = next((k for k in itertools.chain(range(want, 0, -1), itertools.count(want + 1)) if (k / n) * n == k))
+    return k / n
 
 
 def partition(n_coords, n_parts):
@@ -41,7 +76,13 @@ def partition(n_coords, n_parts):
 
 
 def sub_problem(problem, lo, hi):
-    """The Problem restricted to coordinates [lo, hi): same f (c, b), its rows of A."""
+    """The Problem restricted to coordinates [lo, hi): same f (c, b), its rows of A (a problem
+    on disk is a part's whole shard: [0, n_coords) only)."""
+    if problem.on_disk:
+        if (lo, hi) != (0, problem.n_coords):
+            raise ValueError(f"A part on disk holds its own shard: coordinates [0, {problem.n_coords}). "
+                             f"Got [{lo}, {hi}) instead.")
+        return replace(problem, info=dict(problem.info, coords=(lo, hi)))
     A = problem.A[lo:hi]
     return replace(problem, A=A, mu=np.asarray(problem.mu[lo:hi]), sqnorm=np.asarray(problem.sqnorm[lo:hi]),
                    info=dict(problem.info, coords=(lo, hi)))
@@ -67,6 +108,40 @@ class RoundOutput(NamedTuple):
     seconds: float      # gap + local epochs + compression
     bits: int           # the message's length on the wire (plus the gap and offset scalars)
     gap_s: float        # of which the gap pass
+    bytes_disk: int = 0  # bytes the part read from disk this round (a part on disk)
+    disk_s: float = 0.0  # seconds it spent reading them
+    updates: int = 0     # coordinate updates it made (H epochs of its coordinates; on disk, of its block)
+
+
+@dataclass
+class LocalSubproblem(Problem):
+    """A part's local subproblem whose start state is known: ``start`` = (a, z, off), the state
+    the round starts from. ``state_from(a)`` at that a returns it without reading the data (on
+    disk, A^T a is a pass over every coordinate with a_i != 0), and the first pass over every
+    coordinate's gap at it records their sum in ``start_gap`` (with its seconds in
+    ``start_gap_s``): DuHL's gap memory starts from that pass, and the part reports its sum."""
+
+    start: Optional[tuple] = None
+    start_gap: Optional[float] = None
+    start_gap_s: float = 0.0
+
+    def _at_start(self, a, z=None, off=None):
+        if self.start is None or not np.array_equal(a, self.start[0]):
+            return False
+        return z is None or (np.array_equal(z, self.start[1]) and np.array_equal(off, self.start[2]))
+
+    def state_from(self, a):
+        if self._at_start(a):
+            return self.start[1].copy(), self.start[2].copy()
+        return super().state_from(a)
+
+    def coordinate_gaps(self, a, z, off, coords=None, with_s=False):
+        started = time.perf_counter()
+        out = super().coordinate_gaps(a, z, off, coords, with_s)
+        if coords is None and self.start_gap is None and self._at_start(a, z, off):
+            self.start_gap = float((out[0] if with_s else out).sum())
+            self.start_gap_s = time.perf_counter() - started
+        return out
 
 
 class CocoaPart:
@@ -80,8 +155,23 @@ class CocoaPart:
 
     def __init__(self, problem, lo, hi, n_parts, gamma, sigma, local_epochs=1, local_solver="scd",
                  memory_budget=None, device="cpu", random_state=None, a0=None, prefetch="auto",
-                 gap_kernel="tpa", concurrency="auto", compressor=None, shift_lr=None, h0=None):
+                 gap_kernel="tpa", concurrency="auto", compressor=None, shift_lr=None, h0=None,
+                 host_budget=None, local_tol=0.0):
         self.problem = sub_problem(problem, lo, hi)
+        self.host_budget, self.local_tol = host_budget, float(local_tol)
+        self.loaded_bytes = 0  # a shard on disk that its host_budget holds: read into RAM once, here
+        if self.problem.on_disk:
+            if local_solver != "duhl" or device != "cpu":
+                raise ValueError("A part whose data is on disk runs DuHL from disk on the CPU (local_solver='duhl', "
+                                 f"device='cpu'). Got local_solver={local_solver!r}, device={device!r} instead.")
+            if host_budget is None:
+                raise ValueError("A part whose data is on disk needs a 'host_budget' (the RAM its shard may use). "
+                                 "Got None instead.")
+            budget = parse_budget(host_budget, self.problem.A.nbytes)
+            if budget >= self.problem.A.nbytes:  # it all fits: the shard lives in RAM from now on
+                disk, before = self.problem.A, self.problem.A.bytes_read
+                self.problem = self.problem.in_memory()
+                self.loaded_bytes = int(disk.bytes_read - before)
         self.lo, self.hi = lo, hi
         self.gamma, self.sigma = float(gamma), float(sigma)
         self.local_epochs = int(local_epochs)
@@ -116,6 +206,40 @@ class CocoaPart:
 
     def gaps(self, z, off):
         return float(self.problem.coordinate_gaps(self.a, z, off).sum())
+
+    def local_on_disk(self, z, off, local_epochs=None):
+        """Round on disk: H DuHL rounds from the shard under ``host_budget`` of RAM, from the broadcast
+        state: its pass over every gap (the part's gap), then H times the block of largest gaps read and
+        an epoch on it, then its end state certified (or none of it once its gap is at ``local_tol``
+        times P(0)). Returns (gap at the broadcast state, its seconds, dv, d_off, da, coordinate updates).
+
+        H counts DuHL rounds (epochs of the block), not epochs of the shard: a solve reads the shard twice
+        whatever it does (its gap memory's start, its certified end), and with K > 1 CoCoA+'s rounds, not
+        the local work, set how far a round gets (on a 164 MB logistic problem, K = 2: 22-23 rounds with
+        one block epoch or a shard's (4-5 blocks'), 2.0 shard reads a round against 3.2). One part
+        (K = 1) is DuHL itself: a large H solves it in one round."""
+        p = self.problem
+        epochs = self.local_epochs if local_epochs is None else int(local_epochs)
+        n = p.n_coords
+        block = ram_block_rows(parse_budget(self.host_budget, p.A.nbytes), int(p.coord_bytes.max()))
+        c_local = self.sigma * p.c
+        z = np.array(z, dtype=np.float64)
+        start_off = np.array([off[0] / self.sigma])
+        # the local subproblem's state at a_k is (z, off / sigma) (see solvers.distributed_glm.cocoa); with
+        # b' = -z / c' its v' = z' / c' + b' is A_[k]^T (a - a_k): DuHL's result v is dv itself
+        fields = {f.name: getattr(p, f.name) for f in dataclasses.fields(Problem)}
+        local = LocalSubproblem(**{**fields, "c": c_local, "b": -z / c_local},
+                                start=(self.a, z, start_off))
+        # H DuHL rounds, an epoch of the block each (no prefetch: a block staged past the last round is a waste)
+        solver = DuHL(host_budget=self.host_budget, selection="gap", local_epochs=1, tol=self.local_tol,
+                      max_epochs=epochs_of(epochs * min(block, n), n), device="cpu", random_state=self.rng,
+                      prefetch=0.0, refresh=DISK_REFRESH)
+        res = solver.solve(local, a0=self.a)
+        if local.start_gap is None:  # (a loop that read no full pass at the start: the part's own pass)
+            started = time.perf_counter()
+            local.start_gap, local.start_gap_s = self.gaps(z, off), time.perf_counter() - started
+        da = res.a - self.a
+        return local.start_gap, local.start_gap_s, res.v, float(p.mu @ da), da, int(round(res.epochs * n))
 
     def local_update(self, z, off, local_epochs=None):
         """H epochs on the local subproblem; returns (dv, d_off, da)."""
@@ -152,9 +276,19 @@ class CocoaPart:
 
     def round(self, z, off, local_epochs=None, exact=False):
         t0 = time.perf_counter()
-        gap = self.gaps(z, off)
-        gap_s = time.perf_counter() - t0
-        dv, d_off, da = self.local_update(z, off, local_epochs)
+        disk = self.problem.A if self.problem.on_disk else None
+        read0, read_s0 = (disk.bytes_read, disk.read_s) if disk is not None else (0, 0.0)
+        epochs = self.local_epochs if local_epochs is None else int(local_epochs)
+        if disk is not None:
+            gap, gap_s, dv, d_off, da, updates = self.local_on_disk(z, off, local_epochs)
+        else:
+            gap = self.gaps(z, off)
+            gap_s = time.perf_counter() - t0
+            dv, d_off, da = self.local_update(z, off, local_epochs)
+            updates = epochs * self.problem.n_coords
+        bytes_disk = int(disk.bytes_read - read0) + self.loaded_bytes if disk is not None else self.loaded_bytes
+        disk_s = float(disk.read_s - read_s0) if disk is not None else 0.0
+        self.loaded_bytes = 0  # (counted once: in the first round)
         self.a += self.gamma * da
         scalar_bits = FLOAT_BITS * self.scalars
         if self.compressor is None:
@@ -168,7 +302,8 @@ class CocoaPart:
             else:
                 message, bits = self.compressor.compress(diff, self.rng)
                 self.h += self.shift_lr * message
-        return RoundOutput(gap, message, d_off, da, time.perf_counter() - t0, int(bits) + scalar_bits, gap_s)
+        return RoundOutput(gap, message, d_off, da, time.perf_counter() - t0, int(bits) + scalar_bits, gap_s,
+                           bytes_disk, disk_s, int(updates))
 
 
 class InProcessParts:

@@ -44,8 +44,8 @@ from tasks.data.configs import Dataset, resolve_path, validate_data_config
 from tasks.data.errors import DataError
 from tasks.data.criteo import make_criteo, make_synthetic_criteo
 from tasks.data.libsvm import make_libsvm
-from tasks.data.makers import (ProgressFn, make_sklearn, make_sphere, make_synthetic_dense, make_synthetic_sparse,
-                               planned_bytes)
+from tasks.data.makers import (ProgressFn, make_sklearn, make_sphere, make_synthetic_dense, make_synthetic_rows,
+                               make_synthetic_sparse, planned_bytes)
 from tasks.data.npy import identity as npy_identity
 from tasks.data.npy import make_npy
 from tasks.data.npy import planned_bytes as npy_planned_bytes
@@ -58,6 +58,7 @@ log = logging.getLogger(__name__)
 MAKERS = {
     "sphere": make_sphere,
     "synthetic_dense": make_synthetic_dense,
+    "synthetic_rows": make_synthetic_rows,
     "synthetic_sparse": make_synthetic_sparse,
     "libsvm": make_libsvm,
     "criteo": make_criteo,
@@ -158,6 +159,13 @@ def _problem(folder: Path, with_checksums: bool) -> Optional[str]:
         if with_checksums and checksum(path) != expected["xxh3_128"]:
             return f"{name} has changed since it was written (checksum)"
     return None
+
+
+def entry_problem(folder: Path, with_checksums: bool = True) -> Optional[str]:
+    """What is wrong with a folder in the cache's layout (an entry, or a worker's shard:
+    tasks/data/shards.py): None when its files match its meta.json (sizes, shapes, and
+    checksums if asked), else the first mismatch in a few words."""
+    return _problem(Path(folder), with_checksums)
 
 
 def _pid_alive(pid: int) -> bool:

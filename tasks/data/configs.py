@@ -47,6 +47,26 @@ class SyntheticDenseData:
 
 
 @dataclass
+class SyntheticRowsData:
+    """Dense Gaussian rows made a block of ``block_rows`` samples at a time, each block from its
+    own seed ([seed, block]): any range of samples is made alone, on any host, the same bytes
+    whoever makes it (a worker makes its own shard: tasks/data/shards.py). Each sample's features
+    are equicorrelated (``correlation``: a factor shared by the sample's features); y = X coef +
+    noise * std(X coef) * eps, coef with ``n_informative`` non-zeros (drawn from the seed alone).
+    Classifiers train on y split at its median (+1 above)."""
+
+    name: str = "synthetic_rows"
+    n_samples: int = ruled(100000, Integer(1))
+    n_features: int = ruled(512, Integer(1))
+    n_informative: int = ruled(50, Integer(1))
+    correlation: float = ruled(0.5, Real(0, 1, "left"))
+    noise: float = ruled(0.1, Real(0))
+    dtype: str = ruled("float64", Options(DTYPES))
+    seed: int = ruled(0, Integer(0))
+    block_rows: int = ruled(4096, Integer(1))
+
+
+@dataclass
 class SyntheticSparseData:
     """Sparse design (each entry non-zero with probability ``density``)."""
 
@@ -161,7 +181,7 @@ class ZarrData:
     positive_class: Optional[float] = ruled(None, POSITIVE_CLASS)  # multiclass targets: this class vs the rest
 
 
-DATA_CONFIGS = {c.name: c for c in (SyntheticDenseData, SyntheticSparseData, LibsvmData, CriteoData,
+DATA_CONFIGS = {c.name: c for c in (SyntheticDenseData, SyntheticRowsData, SyntheticSparseData, LibsvmData, CriteoData,
                                     SyntheticCriteoData, SklearnData, SphereData, NpyData, ZarrData)}
 
 

@@ -2,7 +2,11 @@
 Fortran order: feature columns contiguous, or ``X_data/X_indices/X_indptr.npy`` CSR with
 ``shape.json``; ``y.npy``; ``coef.npy`` for synthetic sets), reporting progress, and
 says up front how many bytes it will write (so a dataset larger than the free disk
-is refused before anything is written)."""
+is refused before anything is written).
+
+``synthetic_rows`` is made a block of rows at a time, each block from its own seed:
+:func:`synthetic_rows_range` makes any range of samples alone (a worker's shard), the same
+numbers the whole dataset holds there."""
 
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ from typing import Callable
 import numpy as np
 import scipy.sparse as sp
 
-from tasks.data.configs import SklearnData, SphereData, SyntheticDenseData, SyntheticSparseData
+from tasks.data.configs import SklearnData, SphereData, SyntheticDenseData, SyntheticRowsData, SyntheticSparseData
 from tasks.data.errors import DataError
 
 # Progress hook: called with (done, total) while a dataset is being made.
@@ -86,6 +90,54 @@ def make_synthetic_dense(c: SyntheticDenseData, out: Path, base_dir: Path, progr
     np.save(out / "coef.npy", coef)
 
 
+COEF_STREAM = 1 << 32  # the coefficients' seed is [seed, COEF_STREAM]: no block's ([seed, block], block < 2^32)
+
+
+def synthetic_rows_coef(c: SyntheticRowsData) -> np.ndarray:
+    """The true coefficients of a synthetic_rows dataset (from its seed alone)."""
+    return _true_coef(np.random.default_rng([c.seed, COEF_STREAM]), c.n_features, c.n_informative)
+
+
+def synthetic_rows_block(c: SyntheticRowsData, block: int, coef: np.ndarray):
+    """(X, y) of block ``block``: samples [block * block_rows, ...), from the seed [seed, block]."""
+    lo = block * c.block_rows
+    rows = min(c.block_rows, c.n_samples - lo)
+    rng = np.random.default_rng([c.seed, block])
+    rho = c.correlation
+    X = np.sqrt(1 - rho) * rng.standard_normal((rows, c.n_features)) + np.sqrt(rho) * rng.standard_normal((rows, 1))
+    # std(X coef) of the distribution (each block the same scale): (1 - rho) ||coef||^2 + rho (sum coef)^2
+    scale = c.noise * (np.sqrt((1 - rho) * float(coef @ coef) + rho * float(coef.sum()) ** 2) or 1.0)
+    y = X @ coef + scale * rng.standard_normal(rows)
+    return X.astype(c.dtype, copy=False), y
+
+
+def synthetic_rows_range(c: SyntheticRowsData, lo: int, hi: int):
+    """Yields (X, y) of samples [lo, hi), a block (or a part of one) at a time."""
+    coef = synthetic_rows_coef(c)
+    for block in range(lo // c.block_rows, -(-hi // c.block_rows)):
+        start = block * c.block_rows
+        X, y = synthetic_rows_block(c, block, coef)
+        a, b = max(lo, start) - start, min(hi, start + X.shape[0]) - start
+        yield X[a:b], y[a:b]
+
+
+def make_synthetic_rows(c: SyntheticRowsData, out: Path, base_dir: Path, progress: ProgressFn) -> None:
+    """The whole dataset, a block of rows at a time, into the cache's Fortran-order X.npy."""
+    n, p = c.n_samples, c.n_features
+    X = np.lib.format.open_memmap(out / "X.npy", mode="w+", dtype=c.dtype, shape=(n, p), fortran_order=True)
+    y = np.empty(n)
+    done = 0
+    for Xb, yb in synthetic_rows_range(c, 0, n):
+        X[done:done + Xb.shape[0]] = Xb
+        y[done:done + Xb.shape[0]] = yb
+        done += Xb.shape[0]
+        progress(done, n)
+    X.flush()
+    del X
+    np.save(out / "y.npy", y)
+    np.save(out / "coef.npy", synthetic_rows_coef(c))
+
+
 def make_synthetic_sparse(c: SyntheticSparseData, out: Path, base_dir: Path, progress: ProgressFn) -> None:
     rng = np.random.default_rng(c.seed)
     X = sp.random(c.n_samples, c.n_features, density=c.density, format="csr", dtype=c.dtype,
@@ -123,7 +175,7 @@ def make_sphere(c: SphereData, out: Path, base_dir: Path, progress: ProgressFn) 
 def planned_bytes(c, base_dir: Path) -> int:
     """About how many bytes making the dataset writes (checked against the free disk)."""
     itemsize = np.dtype(getattr(c, "dtype", "float64")).itemsize
-    if c.name == "synthetic_dense":
+    if c.name in ("synthetic_dense", "synthetic_rows"):
         return c.n_samples * c.n_features * itemsize + 16 * (c.n_samples + c.n_features)
     if c.name == "synthetic_sparse":
         nnz = c.density * c.n_samples * c.n_features

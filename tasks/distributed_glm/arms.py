@@ -20,6 +20,7 @@ model and data and kept in ``placement.cache``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Dict, Optional
 
 import numpy as np
@@ -28,8 +29,10 @@ import scipy.sparse as sp
 from solvers.distributed_glm.cocoa import CoCoA
 from solvers.distributed_glm.diana import Diana, make_spec, reference_optimum, shard_rows
 from solvers.glm.checks import check_params
+from tasks.data.shards import ensure_shard
+from tasks.distributed_glm.disk import file_source, local_disk_factory, shard_spec
 from tasks.distributed_glm.replicas import cocoa_factory, diana_on_cluster, skeleton_problem
-from tasks.parts import DataParts
+from tasks.parts import DataParts, DiskShards
 from tasks.problems import labels_for
 
 
@@ -44,7 +47,7 @@ class Placement:
     model: Dict[str, Any]
     timeout_s: float = 60.0  # every wait on a replica
     cache: Dict[Any, Any] = field(default_factory=dict)  # DIANA's F* per model
-    parts: Optional[DataParts] = None  # how workers get their data; None: they memory-map ``path``
+    parts: Any = None  # how workers get their data (DataParts, DiskShards); None: they memory-map ``path``
 
     def __post_init__(self):
         if self.parts is None and self.client is not None:
@@ -52,28 +55,74 @@ class Placement:
 
 
 class CocoaArm(CoCoA):
-    """CoCoA+ (``n_parts``, ``aggregation``, ``local_solver``...; see CoCoA) as an arm."""
+    """CoCoA+ (``n_parts``, ``aggregation``, ``local_solver``...; see CoCoA) as an arm. With a
+    ``host_budget`` each part trains with DuHL from its own shard on disk (the workers' disks with
+    ``cluster.data_access=disk``; in-process, shards in the cache folder's ``shards/``)."""
 
     progress_metric = "rel_gap"
     distributed = True
 
     def solve(self, problem, a0=None, placement: Optional[Placement] = None):
+        disk = placement is not None and isinstance(placement.parts, DiskShards)
+        if self.host_budget is not None and placement is None:
+            raise ValueError("CoCoA+ with a host_budget trains each part from its shard on disk: run it with a "
+                             "placement (the dataset's cache folder).")
+        if placement is not None and placement.client is not None and self.host_budget is not None and not disk:
+            raise ValueError("CoCoA+ with a host_budget trains each part from its shard on its worker's disk: set "
+                             "cluster.data_access=disk.")
         sigma = setup_s = None
-        if placement is not None:  # sigma' from the data, which the driver holds: once per K and aggregation
+        if placement is not None and (self.sigma != "data" or problem is not None):
+            # sigma' from the data, which the driver holds: once per K and aggregation
             key = ("sigma", self.sigma, self.n_parts, self.aggregation)
             if key not in placement.cache:
                 placement.cache[key] = self.sigma_value(problem, placement.cache.setdefault("sigma", {}))
             sigma, setup_s = placement.cache[key]
-        if placement is None or placement.client is None:
-            self.executor_factory = None
-            return super().solve(problem, a0, sigma=sigma, setup_s=setup_s or 0.0)
-        self.executor_factory = cocoa_factory(placement.client, placement.parts, placement.model,
-                                              placement.timeout_s)
+        elif self.sigma == "data" and problem is None:
+            raise ValueError("CoCoA+'s sigma='data' computes sigma' from the data in the driver's RAM; with every arm "
+                             "on disk there is none: use sigma='safe' or a number.")
+        skeleton = None if placement is None else skeleton_problem(placement.model, np.asarray(placement.y),
+                                                                     placement.X.shape[1])
         try:
-            return super().solve(skeleton_problem(placement.model, np.asarray(placement.y),
-                                                  placement.X.shape[1]), a0, sigma=sigma, setup_s=setup_s)
+            if placement is None or placement.client is None:
+                if self.host_budget is None:
+                    self.executor_factory = None
+                    return super().solve(problem, a0, sigma=sigma, setup_s=setup_s or 0.0)
+                path = Path(placement.path)
+                self.executor_factory = local_disk_factory(path, placement.model, np.asarray(placement.y),
+                                                           path.parent / "shards", placement.X.dtype)
+                return super().solve(skeleton, a0, sigma=sigma, setup_s=setup_s or 0.0)
+            self.executor_factory = cocoa_factory(placement.client, placement.parts, placement.model,
+                                                  placement.timeout_s, y=np.asarray(placement.y))
+            return super().solve(skeleton, a0, sigma=sigma, setup_s=setup_s)
         finally:
             self.executor_factory = None
+
+
+def cocoa_shards(placement: Placement, settings: Dict[str, Any]) -> list:
+    """Before a CoCoA+ arm whose parts read shards (a host_budget, or data_access=disk): every part's
+    shard made where the arm's replicas will start (on a cluster the workers in address order, part i
+    on the i-th modulo their number, as the replicas are placed; in-process the cache folder's
+    shards/), or found there. Set-up, like making the dataset: outside the arm's time and memory.
+    Returns describe_shard's rows (``made``: made now)."""
+    from solvers.distributed_glm.cocoa import partition
+
+    disk = isinstance(placement.parts, DiskShards)
+    if settings.get("name") != "cocoa" or not (disk or settings.get("host_budget") is not None):
+        return []
+    skeleton = skeleton_problem(placement.model, np.asarray(placement.y), placement.X.shape[1])
+    ranges = partition(skeleton.n_coords, int(settings.get("n_parts", 2)))
+    path = Path(placement.path)
+    specs = [shard_spec(path.name, skeleton, lo, hi, placement.X.dtype) for lo, hi in ranges]
+    if placement.client is None:
+        source = file_source(path, skeleton)
+        return [ensure_shard(spec, source, str(path.parent / "shards")) for spec in specs]
+    workers = sorted(placement.client.scheduler_info(n_workers=-1)["workers"])
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(len(specs), thread_name_prefix="shards") as pool:
+        rows = pool.map(lambda k: placement.parts.ensure(specs[k], skeleton, np.asarray(placement.y),
+                                                         workers[k % len(workers)])[1], range(len(specs)))
+        return [dict(row, worker=workers[k % len(workers)]) for k, row in enumerate(rows)]
 
 
 def diana_data(model_cfg: Dict[str, Any], X, y):
@@ -118,6 +167,9 @@ class DianaArm:
     def solve(self, problem=None, placement: Optional[Placement] = None):
         if placement is None:
             raise ValueError("DIANA arms need the dataset (a Placement), not only a Problem.")
+        if isinstance(placement.parts, DiskShards):
+            raise ValueError("DIANA's workers hold their rows in RAM: cluster.data_access=disk is for CoCoA+ arms "
+                             "(use auto, mmap or scatter).")
         model = placement.model
         if model.get("fit_intercept"):
             raise ValueError("DIANA fits no intercept: set model.fit_intercept=false.")

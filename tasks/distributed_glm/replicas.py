@@ -3,7 +3,8 @@
 A replica is a stateful object in a worker process (a module-level registry
 keyed by run and part), built there from its part of the dataset
 (:mod:`tasks.parts`: memory-mapped from the cache when the worker sees it, else
-shipped from the driver once and reused). Each round the driver submits one
+shipped from the driver once and reused; or, with ``data_access=disk``, its shard on
+the worker's own disk, made there first if missing: tasks/distributed_glm/disk.py). Each round the driver submits one
 small task per replica, pinned to the worker holding it, with only what the
 algorithm broadcasts (z, off and the round's settings for CoCoA+, x for DIANA);
 the task returns only what the algorithm sends back (CoCoA+: the part's
@@ -17,7 +18,8 @@ round, answers ``NeedState``, and the driver resubmits the task with the
 state to rebuild from (CoCoA+: the part's coordinates of the driver's a;
 DIANA: the server's copy of the worker's shift) to a live worker, which
 rebuilds the replica from its part (a shipped part lost with its worker is
-shipped again). Each recovery is an event on the run. A lost scheduler
+shipped again; a shard on disk is made again on the new worker's disk, or found there).
+Each recovery is an event on the run. A lost scheduler
 raises ``ClusterLost``.
 """
 
@@ -26,6 +28,7 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, Dict, List, Mapping
 
 import numpy as np
@@ -37,7 +40,9 @@ from distributed.scheduler import KilledWorker
 from solvers.distributed_glm.cocoa import CocoaPart
 from solvers.distributed_glm.diana import DianaWorker, shard_rows
 from tasks.cluster import ClusterLost, cluster_lost  # noqa: F401 (ClusterLost: re-exported)
-from tasks.parts import as_parts, columns, materialize, rows
+from tasks.data.shards import ShardLost
+from tasks.distributed_glm.disk import ShardRef, part_problem, part_signs, shard_folder, shard_spec
+from tasks.parts import DiskShards, as_parts, columns, materialize, rows
 from tasks.problems import build_problem, labels_for
 
 _REPLICAS: Dict[str, Any] = {}  # in each worker process: key -> (round, replica)
@@ -88,8 +93,16 @@ def _cocoa_round(key, expected, z, off, *extra, build=None):
     """On a worker: one CoCoA+ round of the replica ``key`` (built first when ``build`` is given);
     ``extra``: the round's local epochs and, with compressed messages, whether to send them exact."""
     if build is not None:
-        part, model_cfg, spec, skeleton, a_k = build
-        problem = shard_problem(materialize(part), model_cfg, spec["lo"], spec["hi"], skeleton)
+        part, model_cfg, spec, skeleton, a_k, signs = build
+        if isinstance(part, ShardRef):  # its shard on this worker's disk (made here first if missing)
+            folder = shard_folder(part)
+            if folder is None:  # streamed to another worker: the driver sends it here
+                raise NeedState(f"{key}: shard {part.spec.name} is not on this worker")
+            problem = part_problem(folder, skeleton, signs)
+            if spec.get("host_budget") is None:  # an arm in RAM: the shard read once
+                problem = problem.in_memory()
+        else:
+            problem = shard_problem(materialize(part), model_cfg, spec["lo"], spec["hi"], skeleton)
         part_spec = dict(spec, lo=0, hi=spec["hi"] - spec["lo"])
         _REPLICAS[key] = (expected, CocoaPart(problem, a0=a_k, **part_spec))
     entry = _REPLICAS.get(key)
@@ -179,7 +192,7 @@ class _DaskReplicas:
             raise cluster_lost(self.client, f"replica task {future.status}")
         if future.status == "error":
             error = future.exception()
-            if not isinstance(error, (NeedState, KilledWorker)):
+            if not isinstance(error, (NeedState, KilledWorker, ShardLost)):
                 raise error
             return f"{type(error).__name__}: {error}"
         return future.status  # cancelled, lost
@@ -241,16 +254,55 @@ class _DaskReplicas:
 
 
 class DaskCocoaParts(_DaskReplicas):
-    """CoCoA+'s executor on a cluster (``CoCoA(executor_factory=...)``)."""
+    """CoCoA+'s executor on a cluster (``CoCoA(executor_factory=...)``). With DiskShards every part's
+    shard is made on its home's disk when the executor is built (in parallel, before the solver's
+    clock starts: set-up, like making the dataset), and again on a new home when one is lost."""
 
-    def __init__(self, client, data, model_cfg, specs, a, skeleton, timeout_s=60.0):
+    def __init__(self, client, data, model_cfg, specs, a, skeleton, timeout_s=60.0, y=None):
         super().__init__(client, len(specs), timeout_s)
         self.parts, self.model_cfg, self.specs, self.a, self.skeleton = data, dict(model_cfg), specs, a, skeleton
+        self.y = y  # all of y (the labels of a classifier's shard are made from it, as in the driver)
+        self.made: List[dict] = []  # shards made (or found) on the parts' homes, in order
+        if isinstance(self.parts, DiskShards):
+            self._prepare_shards()
+
+    def _shard_spec(self, i):
+        s = self.specs[i]
+        return shard_spec(Path(self.parts.path).name, self.skeleton, s["lo"], s["hi"], self.parts.dtype)
+
+    def _ensure(self, i):
+        """Part i's shard on its home (a new home while the one chosen dies first); its ShardRef."""
+        for _ in range(self.max_recoveries * len(self.home)):
+            if self.home[i] is None:
+                self.place()
+            try:
+                ref, row = self.parts.ensure(self._shard_spec(i), self.skeleton, self.y, self.home[i])
+            except ShardLost as error:
+                self.events.append({"round": self.round_no, "replica": i, "reason": str(error)[:200],
+                                    "from_worker": self.home[i], "to_worker": None, "time": time.time()})
+                self.home[i] = None
+                continue
+            self.made.append({"part": i, "round": self.round_no, "worker": self.home[i], **row})
+            return ref
+        reasons = [e["reason"] for e in self.events if e["replica"] == i][-2:]
+        raise RuntimeError(f"no worker could hold the shard of part {i}; the last reasons: {reasons}")
+
+    def _prepare_shards(self):
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.place()
+        with ThreadPoolExecutor(len(self.specs), thread_name_prefix="shards") as pool:
+            self.refs = dict(zip(range(len(self.specs)), pool.map(self._ensure, range(len(self.specs)))))
 
     def _build(self, i):
         s = self.specs[i]
-        part = shard_part(self.parts, self.skeleton, s["lo"], s["hi"], worker=self.home[i])
-        return (part, self.model_cfg, s, self.skeleton, self.a[s["lo"]:s["hi"]].copy())
+        signs = None
+        if isinstance(self.parts, DiskShards):
+            part = self._ensure(i) if self.built[i] else self.refs[i]  # a rebuild: its shard on the new home
+            signs = part_signs(self.model_cfg, self.y, s["lo"], s["hi"]) if self.skeleton.dual_form else None
+        else:
+            part = shard_part(self.parts, self.skeleton, s["lo"], s["hi"], worker=self.home[i])
+        return (part, self.model_cfg, s, self.skeleton, self.a[s["lo"]:s["hi"]].copy(), signs)
 
     def round(self, z, off, *extra):
         return self.run_round(_cocoa_round, (z, off, *extra), self._build)
@@ -258,14 +310,37 @@ class DaskCocoaParts(_DaskReplicas):
     def gaps(self, z, off):  # pragma: no cover - the loop reads gaps from rounds
         raise NotImplementedError
 
+    @property
+    def shards(self):
+        """Parts on disk: each part's home and its shard there, and every worker holding a copy (the
+        workers' own lists of their disks, asked now)."""
+        if not isinstance(self.parts, DiskShards):
+            return []
+        try:
+            held = self.parts.accounting(Path(self.parts.path).name)
+        except Exception:  # the cluster is gone: no live worker to account for
+            held = {}
+        rows = []
+        for k in range(len(self.specs)):
+            name = self._shard_spec(k).name
+            copies = {w: r for w, shards in held.items() for r in shards if f"{r['axis']}-{r['lo']}-{r['hi']}" == name}
+            home = copies.get(self.home[k])
+            rows.append({"part": k, "shard": name, "home": self.home[k], "on_home": home is not None,
+                         "copies": sorted(copies), **({"host": home["host"], "path": home["path"],
+                                                       "bytes": home["bytes"], "xxh3_128": home["xxh3_128"]}
+                                                      if home else {})})
+        return rows
 
-def cocoa_factory(client, data, model_cfg, timeout_s=60.0):
+
+def cocoa_factory(client, data, model_cfg, timeout_s=60.0, y=None):
     """CoCoA+'s executor factory: its parts as replicas on ``client``, reading ``data``
-    (tasks.parts.DataParts, or the cache folder the workers memory-map)."""
+    (tasks.parts.DataParts, DiskShards with all of ``y``, or the cache folder the workers memory-map)."""
     parts = as_parts(client, data)
+    if isinstance(parts, DiskShards) and y is None:
+        raise ValueError("CoCoA+ parts on the workers' disks need all of y (the driver's): pass y.")
 
     def factory(skeleton, specs, a):
-        return DaskCocoaParts(client, parts, model_cfg, specs, a, skeleton, timeout_s)
+        return DaskCocoaParts(client, parts, model_cfg, specs, a, skeleton, timeout_s, y)
 
     return factory
 

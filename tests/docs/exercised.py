@@ -15,6 +15,9 @@ EXPERIMENT = "tests/pipelines/test_experiment.py"
 CLI = "tests/pipelines/test_cli.py"
 MULTIHOST = "tests/multihost/test_multihost.py"  # marker multihost: make test-multihost, as root
 OUT_OF_CORE = "tests/pipelines/test_out_of_core.py"
+# workers with their own local directories (across hosts: test_multihost.py's shards test, as root)
+DISK_WORKERS = "tests/tasks/distributed_glm/test_disk_replicas.py::test_parts_on_the_workers_disks_equal_the_same_parts_in_process"
+COCOA_DISK = "tests/pipelines/test_cocoa_disk.py::test_the_preset_runs_and_every_part_reads_its_shard"
 
 EXERCISED = {
     # README
@@ -92,6 +95,10 @@ EXERCISED = {
     'make experiment ARGS="experiment=out_of_core_sparse data=synthetic_criteo data.n_samples=2000 data.hash_bits=10 '
     'device.host_budget=0.25"':
         "tests/pipelines/test_out_of_core_sparse.py::test_arms_train_from_the_sparse_store_count_every_byte_and_reach_liblinears_objective",
+    'make experiment ARGS="experiment=cocoa_disk"':
+        "tests/pipelines/test_cocoa_disk.py::test_the_preset_plans_its_arms_on_the_workers_disks",
+    'make experiment ARGS="experiment=cocoa_disk data.n_samples=8000 data.n_features=256 device.host_budget=1MB"':
+        COCOA_DISK,
     'make out-of-core ARGS="device=cuda device.memory_budget=0.1"':
         "tests/solvers/storage/test_ram_tier.py::test_gpu_under_a_ram_tier_reaches_scikit_learns_optimum",
     "make bench-gpu-disk": DRY_RUN,
@@ -118,6 +125,10 @@ EXERCISED = {
         "tests/tasks/test_cluster.py::test_slurm_job_script_renders_without_slurm",
     'make experiment ARGS="experiment=cocoa cluster.dashboard_address=:8787"':
         "tests/tasks/test_cluster.py::test_a_dashboard_port_alone_binds_the_configured_host",
+    ".venv/bin/dask worker tcp://10.0.0.1:8786 --host 10.0.0.2 --nworkers 1 --nthreads 1 "
+    "--dashboard-address 10.0.0.2:0 --local-directory /local/scratch": DISK_WORKERS,
+    ".venv/bin/python -m pipelines.experiment experiment=cocoa_disk cluster=remote "
+    "cluster.address=tcp://10.0.0.1:8786 cluster.data_access=disk": DISK_WORKERS,
     "make test-multihost": f"{MULTIHOST}::test_a_worker_killed_mid_run_the_run_completes_its_shards_shipped_again",
     # user guide: the MLflow UI, sweeps
     "make ui": "tests/pipelines/test_ui.py::test_make_ui_serves_the_runs",

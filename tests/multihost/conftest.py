@@ -44,6 +44,8 @@ def netns(tmp_path_factory):
     started = []
 
     def make(**kw) -> nc.NetnsCluster:
+        # the hosts run the checkout under test (the venv's editable install may point at another one)
+        kw["env"] = {"PYTHONPATH": str(HERE.parents[1]), **kw.get("env", {})}
         c = nc.NetnsCluster(tmp_path_factory.mktemp("cluster"), **kw)
         started.append(c)
         return c.__enter__()

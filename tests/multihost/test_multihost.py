@@ -131,6 +131,46 @@ def test_a_worker_killed_mid_run_the_run_completes_its_shards_shipped_again(netn
     assert abs(result.primal - local.primal) <= 1e-6 * local.primal  # the same optimum
 
 
+def test_shards_on_the_hosts_disks_a_worker_killed_the_run_certified_every_shard_accounted_for(netns, tmp_path):
+    """cluster.data_access=disk across hosts: each worker streams its part's shard to its own disk (its
+    private /tmp), trains DuHL from it under a host_budget; w1 killed during a round: its part's shard is
+    streamed again to w2's disk, the run ends with a certified gap at the in-process optimum, and both
+    shards are on w2, where the accounting says."""
+    from tasks.arms import run_arm
+    from tasks.data import SyntheticRowsData, load_dataset
+    from tasks.distributed_glm.arms import Placement
+    from tasks.parts import DiskShards
+
+    c = netns()
+    data = SyntheticRowsData(n_samples=1200, n_features=64, n_informative=8, correlation=0.0, noise=0.5,
+                             block_rows=256)
+    ds = load_dataset(data, tmp_path)
+    model = {"name": "logistic", "C": 0.01, "fit_intercept": False}
+    settings = {"name": "cocoa", "n_parts": 2, "local_epochs": 1, "tol": 1e-7, "max_epochs": 2000, "random_state": 0,
+                "host_budget": 0.3}
+    killed = []
+
+    def kill_w1(row):
+        if row["round"] == 3 and not killed:
+            killed.append(c.kill_worker("w1"))
+
+    with Client(c.scheduler_address, timeout=30) as client:
+        parts = DiskShards(client, ds.path, "stream", None, data, timeout_s=30)
+        result = run_arm(None, settings, callback=kill_w1,
+                         placement=Placement(client, ds.path, ds.X, ds.y, model, timeout_s=30, parts=parts))
+        info = client.scheduler_info(n_workers=-1)["workers"]
+        w2 = next(addr for addr, w in info.items() if w["name"] == "w2")
+    local = run_arm(None, settings, placement=Placement(None, ds.path, ds.X, ds.y, model))
+    assert killed and result.events and result.events[0]["round"] >= 3
+    assert result.converged and result.trace["certified"].iloc[-1] == 1 and result.rel_gap <= 1e-7
+    assert abs(result.primal - local.primal) <= 1e-6 * local.primal
+    assert parts.stats["parts"] == 3 and parts.stats["again"] == 1  # two shards, one again after the kill
+    assert [r["part"] for r in result.shards] == [0, 1]
+    assert all(r["on_home"] and r["home"] == w2 and r["copies"] == [w2] and r["host"] == "duhl-w2"
+               for r in result.shards), result.shards
+    assert [r["xxh3_128"] for r in result.shards] == [r["xxh3_128"] for r in local.shards]
+
+
 @pytest.mark.parametrize("preset", ["cocoa", "distbelief"])
 def test_the_scheduler_killed_mid_run_ends_the_runs_failed_with_one_line(netns, experiment, preset):
     from mlflow.tracking import MlflowClient

@@ -31,10 +31,10 @@ def options():
 def test_every_group_has_its_options(hydra_conf):
     found = {g: set(hydra_conf.get_group_options(g)) for g in GROUPS}
     assert found["model"] == set(MODELS) | {"mlp"}  # every registered GLM, and DistBelief's MLP
-    assert {"synthetic_dense", "synthetic_dense_4gb", "synthetic_sparse", "libsvm", "sklearn", "sphere",
+    assert {"synthetic_dense", "synthetic_dense_4gb", "synthetic_rows", "synthetic_sparse", "libsvm", "sklearn", "sphere",
             "npy", "zarr", "criteo", "synthetic_criteo", "synthetic_criteo_8gb"} == found["data"]
     assert {"duhl", "duhl_gap", "duhl_random", "duhl_sequential", "duhl_importance", "cocoa", "diana"} <= found["solver"]
-    assert {"default", "duhl_svm", "cocoa", "cocoa_svm", "diana", "distbelief", "reproduce"} <= found["experiment"]
+    assert {"default", "duhl_svm", "cocoa", "cocoa_disk", "cocoa_svm", "diana", "distbelief", "reproduce"} <= found["experiment"]
     assert {"mlflow", "none"} == found["tracking"]
 
 

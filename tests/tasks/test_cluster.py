@@ -107,7 +107,7 @@ REMOTE = {"name": "remote", "address": "tls://10.0.0.1:8786"}
     ({}, "The 'tls_ca_file' parameter of cluster 'remote' must be the path of an existing file for the address "
          "'tls://10.0.0.1:8786'"),
     ({"data_access": "nfs", "address": "tcp://h:1"}, "The 'data_access' parameter of cluster 'remote' must be one "
-                                                     "of ('auto', 'mmap', 'scatter'). Got 'nfs' instead."),
+                                                     "of ('auto', 'mmap', 'scatter', 'disk'). Got 'nfs' instead."),
 ])
 def test_bad_remote_settings_are_one_line_errors(pem, change, message):
     cfg = {**REMOTE, **{k: str(pem.get(v, v)) for k, v in change.items()}}
