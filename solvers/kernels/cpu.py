@@ -18,6 +18,12 @@ Sparse indices are read as unsigned: Numba then drops its negative-index
 wraparound from the gather and scatter loops (~15% on w8a). The gap kernels
 also return each coordinate's s = <A_i, u>, from which the Lasso's tight
 certificate is built (solvers.glm.certificates).
+
+A model whose data term is a loss of the margins (the classifiers in the primal,
+:mod:`solvers.glm.models.primal`) keeps u = grad f(v) itself in z (``off[0]`` = 0, mu = 0: the
+gap kernels serve it unchanged) and the margins v in ``off[1:]``. Its epoch is a Newton pass
+(:func:`newton_pass_dense`, :func:`newton_pass_sparse`; :func:`epoch_kernels` picks the kernel
+of a theta).
 """
 
 import numpy as np
@@ -26,7 +32,7 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from solvers.glm.models import coord_gap, coord_update, g_value
+from solvers.glm.models import coord_gap, coord_update, g_value, has_loss, loss_change, loss_curvature, loss_grad
 from solvers.kernels.cache import compiled
 
 # Dense rows: reassociation lets LLVM vectorise the dot products (no NaN/inf assumptions).
@@ -127,6 +133,172 @@ def scd_epoch_sparse(indptr, indices, data, coords, order, a, z, off, mu, sqnorm
             off[0] += d * mu[i]
             a[i] = x
     return order.shape[0]
+
+
+# ----------------------------------------------------------------- a loss's Newton pass ---
+# The line search on a pass's step (newGLMNET's: Yuan, Ho & Lin 2012; liblinear's constants):
+# Armijo's sufficient decrease with sigma = 0.01, the step halved at most LINE_STEPS times
+ARMIJO = 0.01
+LINE_STEPS = 20
+H_FLOOR = 1e-12  # liblinear's floor on a coordinate's curvature (the squared hinge's can be 0)
+
+
+@compiled(inline="always")
+def _line_search(coords, order, a, a0, z, u0, dm, margins, theta, touched, n_touched):
+    """The pass moved a (from a0, its coordinates coords[order]) and the margins by dm (the
+    samples ``touched[:n_touched]``, u0 their u before): take the longest step lam in 1, 1/2, ...
+    along it whose objective change is at most ARMIJO lam times the model's (the gradient's
+    slope plus g's change), or none; then a, the margins and u = grad f at the step taken."""
+    n = order.shape[0]
+    slope = 0.0
+    for t in range(n_touched):
+        k = touched[t]
+        slope += u0[k] * dm[k]
+    dg_full = 0.0
+    for jj in range(n):
+        i = coords[order[jj]]
+        dg_full += g_value(theta, a[i]) - g_value(theta, a0[jj])
+    predicted = slope + dg_full  # <= 0: the model's own decrease
+    lam = 1.0
+    taken = 0.0
+    for _ in range(LINE_STEPS):
+        df = 0.0
+        for t in range(n_touched):
+            k = touched[t]
+            if dm[k] != 0.0:
+                df += loss_change(theta, margins[k], u0[k], lam * dm[k])
+        dg = dg_full
+        if lam != 1.0:
+            dg = 0.0
+            for jj in range(n):
+                i = coords[order[jj]]
+                dg += g_value(theta, a0[jj] + lam * (a[i] - a0[jj])) - g_value(theta, a0[jj])
+        if df + dg <= ARMIJO * lam * predicted:
+            taken = lam
+            break
+        lam *= 0.5
+    if taken != 1.0:
+        for jj in range(n):
+            i = coords[order[jj]]
+            a[i] = a0[jj] + taken * (a[i] - a0[jj])
+    for t in range(n_touched):
+        k = touched[t]
+        if dm[k] != 0.0 and taken > 0.0:
+            margins[k] += taken * dm[k]
+            z[k] = loss_grad(theta, margins[k])
+        else:
+            z[k] = u0[k]
+
+
+@compiled(**_DENSE)
+def newton_pass_dense(rows, coords, order, a, z, off, mu, sqnorm, c, theta):
+    """One Newton pass of a loss model over ``rows[order]`` (z = u = grad f, off[1:] the
+    margins): the coordinates in turn each minimise the data term's second-order model at the
+    pass's start (u0, the curvatures h) plus g along it (the penalty's update with s the
+    model's gradient and L its curvature: a one-dimensional Newton step), z following the
+    model's gradient u0 + h * dm; then a line search on the pass's whole step (newGLMNET's
+    outer step, one inner pass), and z = grad f at the margins reached. One exp per sample
+    and pass for the logistic loss (liblinear's per-coordinate line search takes one per entry).
+    Returns the updates made."""
+    m = z.shape[0]
+    n = order.shape[0]
+    margins = off[1:]
+    u0 = z.copy()
+    h = np.empty(m)
+    dm = np.zeros(m)
+    for k in range(m):
+        h[k] = loss_curvature(theta, u0[k])
+    a0 = np.empty(n)
+    moved = False
+    for jj in range(n):
+        j = order[jj]
+        i = coords[j]
+        G = 0.0
+        H = 0.0
+        for k in range(m):
+            x = rows[j, k]
+            G += x * z[k]
+            H += x * x * h[k]
+        ai = a[i]
+        a0[jj] = ai
+        x_new = coord_update(theta, ai, G, max(H, H_FLOOR))
+        d = x_new - ai
+        if d != 0.0:
+            moved = True
+            for k in range(m):
+                xd = rows[j, k] * d
+                dm[k] += xd
+                z[k] += h[k] * xd
+            a[i] = x_new
+    if moved:
+        _line_search(coords, order, a, a0, z, u0, dm, margins, theta, np.arange(m), m)
+    return n
+
+
+@compiled(**_SPARSE)
+def newton_pass_sparse(indptr, indices, data, coords, order, a, z, off, mu, sqnorm, c, theta):
+    """Same as :func:`newton_pass_dense` for a CSR matrix of coordinates: the model's state is
+    kept for the samples the pass touches only."""
+    m = z.shape[0]
+    n = order.shape[0]
+    margins = off[1:]
+    seen = np.zeros(m, np.bool_)
+    touched = np.empty(m, np.int64)
+    n_touched = 0
+    u0 = np.empty(m)
+    h = np.empty(m)
+    dm = np.empty(m)
+    a0 = np.empty(n)
+    moved = False
+    for jj in range(n):
+        j = order[jj]
+        i = coords[j]
+        lo, hi = indptr[j], indptr[j + 1]
+        ind, val = indices[lo:hi], data[lo:hi]
+        G = 0.0
+        H = 0.0
+        for e in range(hi - lo):
+            k = np.uint64(ind[e])
+            if not seen[k]:
+                seen[k] = True
+                touched[n_touched] = k
+                n_touched += 1
+                u0[k] = z[k]
+                h[k] = loss_curvature(theta, z[k])
+                dm[k] = 0.0
+            x = val[e]
+            G += x * z[k]
+            H += x * x * h[k]
+        ai = a[i]
+        a0[jj] = ai
+        x_new = coord_update(theta, ai, G, max(H, H_FLOOR))
+        d = x_new - ai
+        if d != 0.0:
+            moved = True
+            for e in range(hi - lo):
+                k = np.uint64(ind[e])
+                xd = val[e] * d
+                dm[k] += xd
+                z[k] += h[k] * xd
+            a[i] = x_new
+    if moved:
+        _line_search(coords, order, a, a0, z, u0, dm, margins, theta, touched, n_touched)
+    return n
+
+
+def epoch_kernels(theta):
+    """(dense, sparse) epoch kernels of a model: coordinate descent (the quadratic data term) or
+    the Newton pass (a loss)."""
+    if has_loss(theta):
+        return newton_pass_dense, newton_pass_sparse
+    return scd_epoch_dense, scd_epoch_sparse
+
+
+@compiled
+def loss_state(theta, margins, z):
+    """z = u = grad f at the margins (a loss model's state from its margins)."""
+    for k in range(margins.shape[0]):
+        z[k] = loss_grad(theta, margins[k])
 
 
 @compiled(**_DENSE)
