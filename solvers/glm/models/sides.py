@@ -74,7 +74,7 @@ def choose_dual(family: str, penalty: str, loss: str, n_samples: int, n_features
         return dual, (f"the data on disk is {'sample' if dual else 'feature'}-major, which the "
                       f"{'dual' if dual else 'primal'} formulation reads")
     prefer = n_samples < n_features
-    dual = prefer if prefer in sides or not sides else not prefer  # scikit-learn's: the other side if need be
+    dual = prefer if prefer in sides else not prefer  # scikit-learn's: the other side if need be
     return dual, f"n_samples={n_samples} {'<' if prefer else '>='} n_features={n_features}"
 
 
