@@ -35,9 +35,9 @@ parameters (named: ``theta.l1``, ``theta.C``), and four scalar functions that
 dispatch on theta's type: :func:`g_value`, :func:`g_conj`, :func:`coord_gap`,
 :func:`coord_update` (and :func:`shrink_cut`, a constant: how the all-resident
 working set leaves out small gaps; :func:`zero_interval`: where a gap is exactly 0).
-A model with a non-quadratic data term adds the five scalar functions of its
+A model with a non-quadratic data term adds the scalar functions of its
 :class:`Loss` (:func:`loss_value`, :func:`loss_grad`, :func:`loss_curvature`,
-:func:`loss_change`, :func:`loss_conj`). In Python they look the entry up; under Numba (CPU and
+:func:`loss_change`, :func:`loss_conj`, :func:`loss_change_bound`, :func:`loss_grad_step`). In Python they look the entry up; under Numba (CPU and
 CUDA) an ``overload`` resolves them at compile time, so each kernel is
 specialised to one model with its math inlined. A theta of no registered
 model raises (in Python and at compile time).
@@ -159,6 +159,16 @@ def loss_conj(theta, u):
     return _loss_of(theta).conj(theta, u)
 
 
+def loss_change_bound(theta, m, u, d):
+    """(an upper bound of loss_k(m + d) - loss_k(m), a value loss_grad_step reuses)."""
+    return _loss_of(theta).change_bound(theta, m, u, d)
+
+
+def loss_grad_step(theta, m, u, d, aux):
+    """loss_k'(m) at m = m0 + d, from u = loss_k'(m0) and loss_change_bound's value."""
+    return _loss_of(theta).grad_step(theta, m, u, d, aux)
+
+
 def _math_for_numba(theta):
     try:
         return math_of(theta)
@@ -236,3 +246,13 @@ def _loss_change(theta, m, u, d):
 @overload(loss_conj)
 def _loss_conj(theta, u):
     return _loss_for_numba(theta).conj
+
+
+@overload(loss_change_bound)
+def _loss_change_bound(theta, m, u, d):
+    return _loss_for_numba(theta).change_bound
+
+
+@overload(loss_grad_step)
+def _loss_grad_step(theta, m, u, d, aux):
+    return _loss_for_numba(theta).grad_step

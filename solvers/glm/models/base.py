@@ -45,7 +45,11 @@ class Loss:
     - ``curvature(theta, u)``: loss_k''(m) from u (a generalized second derivative where
       loss_k is not twice differentiable: the squared hinge's 2C on the margin's wrong side);
     - ``change(theta, m, u, d)``: loss_k(m + d) - loss_k(m), exactly (the line search's test);
-    - ``conj(theta, u)``: loss_k*(u) (the dual value of a rescaled dual point t u).
+    - ``conj(theta, u)``: loss_k*(u) (the dual value of a rescaled dual point t u);
+    - ``change_bound(theta, m, u, d)``: (an upper bound of ``change``, a value ``grad_step`` reuses):
+      what the line search tries first, without the exact change's costlier terms;
+    - ``grad_step(theta, m + d, u, d, aux)``: u at the margin m + d, from the value ``change_bound``
+      gave (the logistic's new sigmoid from exp(-d), no exp of its own).
     """
 
     value: Callable
@@ -53,6 +57,8 @@ class Loss:
     curvature: Callable
     change: Callable
     conj: Callable
+    change_bound: Callable
+    grad_step: Callable
 
 
 @dataclass(frozen=True)

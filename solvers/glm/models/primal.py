@@ -82,7 +82,28 @@ def _logistic_conj(theta, u):
     return theta.C * (xlogx(p) + xlogx(1.0 - p))
 
 
-LOGISTIC_LOSS = Loss(_logistic_value, _logistic_grad, _logistic_curvature, _logistic_change, _logistic_conj)
+@register_jitable
+def _logistic_change_bound(theta, m, u, d):
+    """C (x - x^2/2 + x^3/3) >= C log1p(x), x = p expm1(-d) (for every x > -1: the difference's
+    derivative is x^3 / (1 + x)); and expm1(-d), from which the new sigmoid follows."""
+    t = math.expm1(-d)
+    x = (-u / theta.C) * t
+    return theta.C * (x * (1.0 - x * (0.5 - x / 3.0))), t
+
+
+@register_jitable
+def _logistic_grad_step(theta, m, u, d, aux):
+    """-C sigmoid(-m) at m = m0 + d from p = sigmoid(-m0) = -u / C and aux = expm1(-d):
+    p' = p (1 + aux) / (1 + p aux); from m itself where 1 + p aux is small (p near 1, a long step)."""
+    p = -u / theta.C
+    q = 1.0 + p * aux
+    if 0.5 < q < 1e300:
+        return -theta.C * (p * (1.0 + aux) / q)
+    return -theta.C * sigmoid(-m)
+
+
+LOGISTIC_LOSS = Loss(_logistic_value, _logistic_grad, _logistic_curvature, _logistic_change, _logistic_conj,
+                     _logistic_change_bound, _logistic_grad_step)
 
 
 # ---------------------------------------------------------------------- squared hinge loss ---
@@ -116,7 +137,18 @@ def _sqhinge_conj(theta, u):
     return u + u * u / (4.0 * theta.C)
 
 
-SQHINGE_LOSS = Loss(_sqhinge_value, _sqhinge_grad, _sqhinge_curvature, _sqhinge_change, _sqhinge_conj)
+@register_jitable
+def _sqhinge_change_bound(theta, m, u, d):
+    return _sqhinge_change(theta, m, u, d), 0.0  # exact already: a few flops
+
+
+@register_jitable
+def _sqhinge_grad_step(theta, m, u, d, aux):
+    return _sqhinge_grad(theta, m)
+
+
+SQHINGE_LOSS = Loss(_sqhinge_value, _sqhinge_grad, _sqhinge_curvature, _sqhinge_change, _sqhinge_conj,
+                    _sqhinge_change_bound, _sqhinge_grad_step)
 
 PRIMAL_LOGISTIC = Math(LogisticPrimalTheta, ENET.g, ENET.g_conj, ENET.gap, ENET.update,
                        zero_interval=ENET.zero_interval, loss=LOGISTIC_LOSS)

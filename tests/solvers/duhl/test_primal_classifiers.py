@@ -107,3 +107,26 @@ def test_float32_data_and_a_warm_start():
     assert P - go.primal_dual_value("logistic_enet", X32, y, res.a, orc["C"], scaling) <= 1e-9 * P
     again = DuHL(tol=1e-11, random_state=0).solve(problem, a0=res.a)
     assert again.converged and again.epochs <= 1.0
+
+
+@pytest.mark.parametrize("density", [0.5, 0.02], ids=["hessian_step", "lazy_samples"])
+@pytest.mark.parametrize("name", ["logistic_l1", "sqhinge_l1"])
+def test_tall_sparse_data_reaches_the_optimum(name, density):
+    """Tall sparse data, the two other routes of a sparse Newton pass: few coordinates with many
+    entries each (the step from the pass's Hessian, 4 n^2 <= entries) and coordinates with fewer
+    entries than samples (the model kept at the samples a pass touches only; no intercept, whose
+    column would touch every sample)."""
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(5)
+    n, d = (600, 6) if density > 0.1 else (1200, 40)
+    X = sp.random(n, d, density=density, format="csr", random_state=rng,
+                  data_rvs=lambda k: rng.standard_normal(k) + 0.3)
+    w = np.zeros(d)
+    w[: max(2, d // 10)] = 1.5
+    y = np.where(X @ w + 0.5 * rng.standard_normal(n) > 0, 2.0, 1.0)
+    scaling = 1.0 if density > 0.1 else None
+    orc = go.primal_oracle(name, X, y, scaling)
+    assert orc["P"] - orc["D"] <= 1e-10 * orc["P"]
+    res = DuHL(tol=1e-11, random_state=0).solve(_problem(name, X, y, scaling))
+    _check(name, res, X, y, scaling, orc)
