@@ -40,6 +40,8 @@ SIDES = {
     ("svm", "squared_hinge", "l1"): {False: "svm_l1"},
 }
 PENALTIES = {"logistic": ("l1", "l2", "elasticnet"), "svm": ("l1", "l2")}
+# the entries a user reaches through a family's options only (not named themselves: no config of their own)
+OPTION_ENTRIES = frozenset(entry for sides in SIDES.values() for entry in sides.values()) - set(PENALTIES)
 DUAL_RULE = Either("auto", Boolean())
 
 
