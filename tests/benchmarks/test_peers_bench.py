@@ -52,7 +52,19 @@ def test_quick_suite_lists_every_required_problem():
     assert any("w8a" in label and "svm" in label for label in labels)
     assert any("w8a" in label and "logistic" in label for label in labels)
     assert any("diabetes" in label for label in labels)
+    assert any("w8a" in label and "logistic l1" in label for label in labels)
+    assert any("w8a" in label and "squared hinge l1" in label for label in labels)
+    assert any(label.startswith("dense logistic l1") for label in labels)  # tall: the primal side
     assert any("dense" in label for label in labels) and any("sparse" in label for label in labels)
+
+
+def test_classifiers_take_the_side_dual_auto_picks():
+    rng = np.random.default_rng(0)
+    X, y = rng.standard_normal((60, 5)), np.where(rng.random(60) < 0.5, 1.0, -1.0)
+    assert bench.classifier("logistic", X, y, C=1.0, fit_intercept=False, penalty="l1").name == "logistic_l1"
+    assert bench.classifier("logistic", X, y, C=1.0, fit_intercept=False, penalty="l2").name == "logistic_l2"
+    assert bench.classifier("logistic", X[:4], np.array([1.0, -1.0, 1.0, -1.0]), C=1.0, fit_intercept=False).name == "logistic"
+    assert bench.classifier("svm", X, y, C=1.0, fit_intercept=False, penalty="l1", loss="squared_hinge").name == "svm_l1"
 
 
 def test_time_to_reads_the_first_crossing():
