@@ -223,6 +223,9 @@ def newton_pass_dense(rows, coords, order, a, z, off, mu, sqnorm, c, theta):
     dm = np.zeros(m)
     for k in range(m):
         h[k] = loss_curvature(theta, u0[k])
+    if n <= HESSIAN_DENSE and 4 * n <= m:
+        _hessian_step_dense(rows, coords, order, a, z, u0, h, margins, theta)
+        return n
     a0 = np.empty(n)
     moved = False
     for jj in range(n):
@@ -255,8 +258,83 @@ def newton_pass_dense(rows, coords, order, a, z, off, mu, sqnorm, c, theta):
 # when its inner passes (n^2 flops each) cost at most a quarter of a pass over the data, and building
 # it (sum over samples of their entries^2 / 2 multiply-adds) at most HESSIAN_ENTRIES passes' entries
 HESSIAN_ENTRIES = 16
+# a dense pass over at most this many coordinates (H: n (n + 1) / 2 multiply-adds a sample, at most
+# HESSIAN_ENTRIES times the pass's n) and at least 4 n samples takes the Hessian's step too
+HESSIAN_DENSE = 2 * HESSIAN_ENTRIES - 1
 INNER_PASSES = 64      # at most this many inner passes on the model per Newton pass ...
 INNER_SHRINK = 1e-3    # ... until an inner pass's largest step (scaled by sqrt(H_jj)) is this share of the first's
+
+
+@compiled(inline="always")
+def _model_descent(coords, order, a, g0, H, theta):
+    """Coordinate descent on the data term's second-order model g0 d + d^T H d / 2 plus g(a + d) over
+    the pass's n coordinates (r = H (a - a0) kept), until an inner pass's largest step shrinks to
+    INNER_SHRINK of the first's (at most INNER_PASSES): a moves; returns (a0, whether it moved)."""
+    n = order.shape[0]
+    a0 = np.empty(n)
+    for jj in range(n):
+        a0[jj] = a[coords[order[jj]]]
+    r = np.zeros(n)
+    first = 0.0
+    moved = False
+    for sweep in range(INNER_PASSES):
+        largest = 0.0
+        for jj in range(n):
+            i = coords[order[jj]]
+            L = max(H[jj, jj], H_FLOOR)
+            ai = a[i]
+            x_new = coord_update(theta, ai, g0[jj] + r[jj], L)
+            d = x_new - ai
+            if d != 0.0:
+                moved = True
+                a[i] = x_new
+                Hj = H[jj]  # H symmetric: its row, contiguous
+                for q in range(n):
+                    r[q] += d * Hj[q]
+                largest = max(largest, abs(d) * np.sqrt(L))
+        if sweep == 0:
+            first = largest
+        if largest <= INNER_SHRINK * first:
+            break
+    return a0, moved
+
+
+@compiled
+def _hessian_step_dense(rows, coords, order, a, z, u0, h, margins, theta):
+    """The Newton pass of :func:`newton_pass_dense` from the Hessian of its n coordinates
+    (u0 = z and h the curvatures at the pass's start): H = sum_k h_k x_k x_k^T, the model's
+    coordinate descent (:func:`_model_descent`), then the margins' step and the line search."""
+    m = z.shape[0]
+    n = order.shape[0]
+    g0 = np.zeros(n)
+    H = np.zeros((n, n))
+    hx = np.empty(m)
+    for p in range(n):
+        jp = order[p]
+        acc = 0.0
+        for k in range(m):
+            x = rows[jp, k]
+            acc += x * z[k]
+            hx[k] = h[k] * x
+        g0[p] = acc
+        for q in range(p, n):
+            jq = order[q]
+            acc = 0.0
+            for k in range(m):
+                acc += hx[k] * rows[jq, k]
+            H[p, q] = acc
+            H[q, p] = acc
+    a0, moved = _model_descent(coords, order, a, g0, H, theta)
+    if not moved:
+        return
+    dm = np.zeros(m)
+    for jj in range(n):
+        j = order[jj]
+        d = a[coords[j]] - a0[jj]
+        if d != 0.0:
+            for k in range(m):
+                dm[k] += rows[j, k] * d
+    _line_search(coords, order, a, a0, z, u0, dm, margins, theta, np.arange(m), m, np.empty(m))
 
 
 @compiled
@@ -321,32 +399,7 @@ def _hessian_step(indptr, indices, data, coords, order, a, z, margins, theta, en
     for p in range(n):
         for q in range(p + 1, n):
             H[q, p] = H[p, q]
-    # inner coordinate descent on the model, r = H (a - a0)
-    a0 = np.empty(n)
-    for jj in range(n):
-        a0[jj] = a[coords[order[jj]]]
-    r = np.zeros(n)
-    first = 0.0
-    moved = False
-    for sweep in range(INNER_PASSES):
-        largest = 0.0
-        for jj in range(n):
-            i = coords[order[jj]]
-            L = max(H[jj, jj], H_FLOOR)
-            ai = a[i]
-            x_new = coord_update(theta, ai, g0[jj] + r[jj], L)
-            d = x_new - ai
-            if d != 0.0:
-                moved = True
-                a[i] = x_new
-                Hj = H[jj]  # H symmetric: its row, contiguous
-                for q in range(n):
-                    r[q] += d * Hj[q]
-                largest = max(largest, abs(d) * np.sqrt(L))
-        if sweep == 0:
-            first = largest
-        if largest <= INNER_SHRINK * first:
-            break
+    a0, moved = _model_descent(coords, order, a, g0, H, theta)
     if not moved:
         return True
     dm = np.zeros(m)

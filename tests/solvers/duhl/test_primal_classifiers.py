@@ -130,3 +130,17 @@ def test_tall_sparse_data_reaches_the_optimum(name, density):
     assert orc["P"] - orc["D"] <= 1e-10 * orc["P"]
     res = DuHL(tol=1e-11, random_state=0).solve(_problem(name, X, y, scaling))
     _check(name, res, X, y, scaling, orc)
+
+
+@pytest.mark.parametrize("name", ["logistic_l2", "logistic_l1"])
+def test_nearly_collinear_features_reach_the_optimum(name):
+    """Features of mean 100 beside the intercept's column of ones (scikit-learn's
+    check_n_features_in data): one-coordinate Newton steps crawl there; a dense pass over few
+    coordinates steps on their Hessian and converges."""
+    rng = np.random.RandomState(0)
+    X = rng.normal(loc=100, size=(100, 2))
+    y = rng.randint(low=0, high=2, size=100).astype(np.float64)
+    orc = go.primal_oracle(name, X, y, 1.0)
+    assert orc["P"] - orc["D"] <= 1e-10 * orc["P"]
+    res = DuHL(tol=1e-11, max_epochs=2000, random_state=0).solve(_problem(name, X, y, 1.0))
+    _check(name, res, X, y, 1.0, orc)
