@@ -255,7 +255,7 @@ def newton_pass_dense(rows, coords, order, a, z, off, mu, sqnorm, c, theta):
 
 # A sparse Newton pass over few coordinates with short samples takes its step from the data term's
 # Hessian on the pass's coordinates (newGLMNET with the Hessian kept, as glmnet's covariance updates):
-# when its inner passes (n^2 flops each) cost at most a quarter of a pass over the data, and building
+# when an inner pass (n^2 flops) costs at most four passes' entries, and building
 # it (sum over samples of their entries^2 / 2 multiply-adds) at most HESSIAN_ENTRIES passes' entries
 HESSIAN_ENTRIES = 16
 # a dense pass over at most this many coordinates (H: n (n + 1) / 2 multiply-adds a sample, at most
@@ -424,7 +424,7 @@ def newton_pass_sparse(indptr, indices, data, coords, order, a, z, off, mu, sqno
     entries = 0
     for jj in range(n):
         entries += indptr[order[jj] + 1] - indptr[order[jj]]
-    if 4 * n * n <= entries and _hessian_step(indptr, indices, data, coords, order, a, z, margins, theta, entries, m):
+    if n * n <= 4 * entries and _hessian_step(indptr, indices, data, coords, order, a, z, margins, theta, entries, m):
         return n
     lazy = entries < m
     touched = np.empty(m, np.int64)

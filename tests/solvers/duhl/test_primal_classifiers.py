@@ -113,7 +113,7 @@ def test_float32_data_and_a_warm_start():
 @pytest.mark.parametrize("name", ["logistic_l1", "sqhinge_l1"])
 def test_tall_sparse_data_reaches_the_optimum(name, density):
     """Tall sparse data, the two other routes of a sparse Newton pass: few coordinates with many
-    entries each (the step from the pass's Hessian, 4 n^2 <= entries) and coordinates with fewer
+    entries each (the step from the pass's Hessian, n^2 <= 4 entries) and coordinates with fewer
     entries than samples (the model kept at the samples a pass touches only; no intercept, whose
     column would touch every sample)."""
     import scipy.sparse as sp
