@@ -380,6 +380,9 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=None, help="runs per solver (3; quick: 1)")
     parser.add_argument("--max-time", type=float, default=None, help="seconds per solver run")
     parser.add_argument("--no-tracking", action="store_true")
+    parser.add_argument("--only", action="append", default=None, metavar="TEXT",
+                        help="run the problems whose label contains TEXT only (repeatable; the docs' page is "
+                             "then left as it is)")
     parser.add_argument("--out", default=str(ROOT / "bench-results"))
     parser.add_argument("--no-docs", dest="write_docs", action="store_false",
                         help="leave docs/benchmarks/results.md as it is (else this suite's table is rewritten)")
@@ -400,7 +403,8 @@ def main(argv=None):
         lines.append(msg)
 
     with threadpool_limits(1):
-        compile_s = compile_kernels(["lasso", "svm", "logistic", "logistic_l1", "logistic_l2", "svm_l1"])
+        # every problem here is float64: its kernels only
+        compile_s = compile_kernels(["lasso", "svm", "logistic", "logistic_l1", "logistic_l2", "svm_l1"], (np.float64,))
         pools = [(p["internal_api"], p["num_threads"]) for p in threadpool_info()]
         bandwidth = read_bandwidth()
         header = dict(mode="quick" if args.quick else "full", repeats=args.repeats, max_time_s=args.max_time,
@@ -414,6 +418,8 @@ def main(argv=None):
             log(f"peer {name}: {'ok' if reason is None else 'SKIPPED: ' + reason}")
         rows, curves_by = [], {}
         for label, build in problems(args.quick):
+            if args.only and not any(text in label for text in args.only):
+                continue
             try:
                 problem, budget_arms = build()
             except FileNotFoundError as error:
@@ -434,7 +440,7 @@ def main(argv=None):
     text = "\n".join([f"# Benchmark ({header['mode']})", "", "```", *lines, "```", "", table, "", summ, "",
                       f"total benchmark time: {total:.0f} s"])
     (out_dir / "bench.md").write_text(text + "\n")
-    if args.write_docs:
+    if args.write_docs and not args.only:  # a partial run leaves the suite's page as it is
         section = results_section(summary, header, total, datetime.utcnow().strftime("%Y-%m-%d %H:%M"),
                                   [a for a in (argv if argv is not None else sys.argv[1:]) if a != "--quick"])
         write_results_page(section, header["mode"])
