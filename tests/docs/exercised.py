@@ -49,6 +49,8 @@ EXERCISED = {
     'make experiment ARGS="tracking=none progress=false"': TINY_RUN,
     'make experiment ARGS="+experiment.arms.importance.selection=importance"': TINY_RUN,
     'make experiment ARGS="+experiment.arms.sk={name:peer_sklearn}"': TINY_RUN,
+    'make experiment ARGS="experiment=single model=logistic model.penalty=l1 model.C=0.05 '
+    '+experiment.arms.liblinear={name:peer_sklearn}"': TINY_RUN,
     "make reproduce": "tests/pipelines/test_reproduce.py::test_every_claim_is_measured_and_linked_to_its_run",
     'make reproduce ARGS="experiment.reproduce.only=[diana]"':
         "tests/pipelines/test_reproduce.py::test_only_runs_some_and_unknown_names_fail_before_any_run",
