@@ -101,3 +101,25 @@ def test_the_docs_results_page_gets_this_suites_table(tmp_path):
     assert '`make bench QUICK=1 ARGS="--repeats 7"`, measured **2026-11-28 16:00 UTC**' in text
     assert "| w8a lasso | 11.2 ms | peer_snapml 36.1 ms | 0.31 | 1.30x |" in text
     assert text.index("### The quick suite") < text.index("### The full suite")
+
+
+def test_only_runs_the_problems_it_names(tiny_lasso, monkeypatch, tmp_path, capsys):
+    """--only TEXT: the problems whose label contains TEXT, and the docs' page left as it is."""
+    built = []
+
+    def builder(label):
+        def build():
+            built.append(label)
+            return tiny_lasso, False
+        return build
+
+    monkeypatch.setattr(bench, "problems", lambda quick: [(name, builder(name)) for name in
+                                                          ("tiny lasso", "tiny logistic l1", "other")])
+    monkeypatch.setattr(bench, "PEERS", {"peer_sklearn": bench.PEERS["peer_sklearn"]})
+    monkeypatch.setattr(bench, "compile_kernels", lambda *a, **k: 0.0)
+    monkeypatch.setattr(bench, "read_bandwidth", lambda: 5.0)
+    monkeypatch.setattr(bench, "write_results_page", lambda *a, **k: pytest.fail("the docs' page was written"))
+    bench.main(["--quick", "--no-tracking", "--max-time", "2", "--out", str(tmp_path), "--only", "logistic l1",
+                "--only", "w8a[20000] logistic"])
+    assert built == ["tiny logistic l1"]
+    assert "tiny logistic l1" in capsys.readouterr().out
