@@ -24,8 +24,8 @@ from omegaconf import DictConfig, OmegaConf
 from pipelines import progress, report, ui
 from pipelines.config import SolverConfig, check_config, solver_schema
 from pipelines.deploy import arm_on, cluster_and_data
-from pipelines.tracking import (PROJECT_ROOT, SWEEP_PARENT_ENV, RoundSampler, arm_run_name, config_params, flatten,
-                                raise_if_interrupted, relative, shown_uri)
+from pipelines.tracking import (PROJECT_ROOT, SWEEP_PARENT_ENV, RoundSampler, arm_run_name, config_params, flatten, shown_uri,
+                                relative)
 from solvers.glm.models import get_model
 from tasks.arms import is_distributed, make_solver, prepare_on_disk, progress_metric, run_arm, warm_workers, warmup
 from tasks.cluster import validate_cluster_config
@@ -167,7 +167,6 @@ def run_tracked_arm(cfg: DictConfig, plan: Plan, tracker: Any, arm_id: str, name
     sampler = RoundSampler(cfg.tracking.points_per_decade, cfg.tracking.min_interval_s, plan.target, plan.metric)
     with progress.arm_progress(show, name, plan.target, plan.metric) as bar:
         def on_row(row: dict) -> None:
-            raise_if_interrupted()
             bar(row)
             if sampler.keep(row):
                 tracker.log_round(arm_id, row)

@@ -100,7 +100,6 @@ def run_tags(device: str) -> Dict[str, str]:
 
 
 TERMINATED = threading.Event()  # set when SIGTERM arrived (the sweep run ends KILLED, not FAILED)
-INTERRUPTED = threading.Event()  # set when Ctrl-C arrived (raise_if_interrupted)
 # the main thread's store calls in progress, and a SIGTERM that came during one, raised when it ends (a call
 # cut mid-transaction can keep the run's KILLED from being written: a CI run left an arm RUNNING)
 _IN_CALL = {"depth": 0, "pending": 0}
@@ -117,21 +116,8 @@ def stop_on_sigterm() -> None:
             return
         raise SystemExit(128 + signum)
 
-    def interrupt(signum: int, frame: Any) -> None:
-        INTERRUPTED.set()
-        signal.default_int_handler(signum, frame)
-
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, terminate)
-        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not where Ctrl-C is ignored
-            signal.signal(signal.SIGINT, interrupt)
-
-
-def raise_if_interrupted() -> None:
-    """Raise KeyboardInterrupt again if a Ctrl-C came and was lost: one raised while a finalizer
-    (``__del__``, a weakref callback) ran is printed as "Exception ignored" and the run went on."""
-    if INTERRUPTED.is_set() and threading.current_thread() is threading.main_thread():
-        raise KeyboardInterrupt
 
 
 def _pid_alive(pid: int) -> bool:
