@@ -168,7 +168,8 @@ def entry_problem(folder: Path, with_checksums: bool = True) -> Optional[str]:
     return _problem(Path(folder), with_checksums)
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process of this host is alive (another user's counts as alive)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -184,7 +185,7 @@ def _remove_stale_temporaries(cache_dir: Path) -> None:
     for tmp in cache_dir.glob("*.tmp-*"):
         _, _, tag = tmp.name.partition(".tmp-")
         parts = tag.split("-")
-        if len(parts) >= 3 and parts[0] == host and parts[1].isdigit() and not _pid_alive(int(parts[1])):
+        if len(parts) >= 3 and parts[0] == host and parts[1].isdigit() and not pid_alive(int(parts[1])):
             log.warning("removing %s, left by process %s, which died while making data", tmp.name, parts[1])
             shutil.rmtree(tmp, ignore_errors=True)
 

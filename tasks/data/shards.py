@@ -61,7 +61,7 @@ import xxhash
 
 from solvers.kernels import cpu
 from solvers.storage.files import HEADER_BYTES, aligned_width, npy_header, read_npy_header, write_coordinate_major
-from tasks.data.cache import checksum, entry_problem, seal
+from tasks.data.cache import checksum, entry_problem, pid_alive, seal
 from tasks.data.configs import SyntheticRowsData, validate_data_config
 from tasks.data.errors import DataError
 from tasks.data.makers import synthetic_rows_range
@@ -220,18 +220,10 @@ def _remove_stale(parent: Path) -> None:
     host = socket.gethostname()
     for tmp in parent.glob("*.tmp-*"):
         tag = tmp.name.partition(".tmp-")[2].split("-")
-        if len(tag) >= 2 and tag[0] == host and tag[1].isdigit() and not _alive(int(tag[1])):
+        if len(tag) >= 2 and tag[0] == host and tag[1].isdigit() and not pid_alive(int(tag[1])):
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 # --------------------------------------------------------------- writing (on a worker)
