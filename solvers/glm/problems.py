@@ -39,6 +39,13 @@ class Problem:
     n_features: int
     info: dict = field(default_factory=dict)  # x_mean, y_mean, intercept_scaling, classes
 
+    def __post_init__(self):
+        # dense A read-only, whatever the caller's array: nothing writes it, and Numba compiles a
+        # writeable and a read-only array apart (a memmap and an array in RAM would each compile the loops)
+        if isinstance(self.A, np.ndarray) and self.A.flags.writeable:
+            self.A = self.A.view()
+            self.A.flags.writeable = False
+
     @property
     def model(self):
         """The registry entry (solvers.glm.models.Model)."""

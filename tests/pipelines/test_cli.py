@@ -105,6 +105,13 @@ def arm_run_started(db):
         return False
 
 
+def signal_disposition(pid, sig):
+    """Whether process ``pid`` ignores, blocks or catches ``sig`` (its /proc status masks)."""
+    masks = dict(line.split(":\t") for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                 if line.startswith(("SigIgn", "SigBlk", "SigCgt")))
+    return ", ".join(f"{k} {bool(int(v, 16) >> (sig - 1) & 1)}" for k, v in masks.items())
+
+
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "kill"])
 def test_interrupted_experiment_ends_every_run_killed(cli, tmp_path, stop):
     # An arm that would run for a minute: stop it once it is tracked. 600 x 400 in float32, not TINY's 120 x 40
@@ -124,14 +131,19 @@ def test_interrupted_experiment_ends_every_run_killed(cli, tmp_path, stop):
             assert process.poll() is None, process.stderr.read().decode()[-3000:]
             assert time.monotonic() < deadline, "no arm run appeared"
             time.sleep(0.5)
+        disposition = signal_disposition(process.pid, stop)  # what the child inherited, should it not stop
         process.send_signal(stop)
         process.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        pytest.fail(f"the experiment went on after {stop.name} ({disposition}); its stderr ends: "
+                    f"{process.stderr.read().decode()[-2000:]}")
     finally:
         if process.poll() is None:
             process.kill()
     # SIGTERM: 128 + 15, the signal convention; Ctrl-C: Python's own KeyboardInterrupt exit
     assert process.returncode == (143 if stop == signal.SIGTERM else 130) or (
-        stop == signal.SIGINT and process.returncode == -signal.SIGINT)
+        stop == signal.SIGINT and process.returncode == -signal.SIGINT), disposition
     assert {r.info.status for r in all_runs(cli.uri)} == {"KILLED"}
 
 
