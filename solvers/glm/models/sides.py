@@ -95,7 +95,8 @@ def resolve(family: str, params: Mapping[str, Any], n_samples: int, n_features: 
     dual = values.pop("dual")
     check(owner, "dual", dual, DUAL_RULE)
     l1_ratio = values.pop("l1_ratio", None)
-    loss = values.pop("loss") if family == "svm" else "logistic_regression"
+    # the loss checked before it names a side (an unknown one is its own error, not an unsupported combination)
+    loss = check(owner, "loss", values.pop("loss")) if family == "svm" else "logistic_regression"
     if isinstance(dual, str):
         dual, why = choose_dual(family, penalty, loss, n_samples, n_features, layout)
         note = f"dual='auto' chose the {'dual' if dual else 'primal'} formulation: {why}"
