@@ -3,8 +3,11 @@
     make bench            # = python -m benchmarks.peers          (at most ~20 min on 2 cores)
     make bench QUICK=1    # = python -m benchmarks.peers --quick  (at most ~3 min)
 
-Per problem (w8a: Lasso on the labels, hinge SVM, logistic; scikit-learn's
-diabetes (and breast cancer); synthetic dense and sparse Lasso; a dense SVM),
+Per problem (w8a: Lasso on the labels, hinge SVM, L2 logistic, L1 logistic, L1 squared hinge;
+scikit-learn's diabetes (and breast cancer); synthetic dense and sparse Lasso; a dense SVM; tall
+synthetic L1 and L2 logistic regressions, dense and sparse), the classifiers on the side
+scikit-learn's dual="auto" picks (solvers.glm.models.sides: the primal for an L1 penalty or
+n_samples >= n_features),
 each solver's time to rel_gap 1e-4 and 1e-6: ours in memory (DuHL with
 memory_budget=None), DuHL at memory_budget 0.25, sequential streaming at 0.25
 (the larger-than-budget setting), and every installed peer that solves the
@@ -40,6 +43,7 @@ from benchmarks.common import W8A, lasso_problem, read_bandwidth, svm_problem
 from pipelines.tracking import relative, shown_uri
 from solvers.duhl import DuHL
 from solvers.duhl import compile_kernels
+from solvers.glm.models.sides import resolve
 from solvers.glm.problems import make_problem
 from tasks.peers import PEERS, PeerUnsupported, make_peer, missing_reason
 
@@ -51,6 +55,12 @@ OURS = ("ours (mem)", "duhl 0.25", "sequential 0.25")
 # ----------------------------------------------------------- problems ---
 def _alpha(X, y, ratio):
     return ratio * float(np.abs(X.T @ (y - y.mean())).max()) / X.shape[0]
+
+
+def classifier(family, X, y, **params):
+    """A classifier's problem on the side dual="auto" picks (solvers.glm.models.sides)."""
+    entry, kwargs, _ = resolve(family, params, *X.shape)
+    return make_problem(entry, X, y, **kwargs)
 
 
 def _w8a(rows):
@@ -72,12 +82,18 @@ def problems(quick):
             X, y = _w8a(w8a_rows)
             if model == "lasso":
                 return make_problem("lasso", X, y, alpha=_alpha(X, y, 0.1), fit_intercept=False), False
-            return make_problem(model, X, y, C=1.0, fit_intercept=False), False
+            if model == "svm":
+                return make_problem(model, X, y, C=1.0, fit_intercept=False), False
+            family, penalty, loss = {"logistic": ("logistic", "l2", None), "logistic l1": ("logistic", "l1", None),
+                                     "squared hinge l1": ("svm", "l1", "squared_hinge")}[model]
+            extra = {} if loss is None else {"loss": loss}
+            return classifier(family, X, y, C=1.0, fit_intercept=False, penalty=penalty, **extra), False
         return build
 
     n_w8a = "20000" if quick else "49749"
     out += [(f"w8a[{n_w8a}] lasso", w8a("lasso")), (f"w8a[{n_w8a}] svm", w8a("svm")),
-            (f"w8a[{n_w8a}] logistic", w8a("logistic"))]
+            (f"w8a[{n_w8a}] logistic", w8a("logistic")), (f"w8a[{n_w8a}] logistic l1", w8a("logistic l1")),
+            (f"w8a[{n_w8a}] squared hinge l1", w8a("squared hinge l1"))]
 
     def diabetes():
         from sklearn.datasets import load_diabetes
@@ -91,8 +107,7 @@ def problems(quick):
             from sklearn.preprocessing import StandardScaler
 
             X, y = load_breast_cancer(return_X_y=True)
-            return make_problem("logistic", StandardScaler().fit_transform(X), y, C=1.0,
-                                fit_intercept=False), False
+            return classifier("logistic", StandardScaler().fit_transform(X), y, C=1.0, fit_intercept=False), False
         out.append(("breast_cancer logistic", cancer))
 
     def dense(n, d, k, budget):
@@ -117,15 +132,36 @@ def problems(quick):
             return make_problem("svm", X, y, C=C, fit_intercept=False), True
         return build
 
+    def tall_logistic(n, d, density, penalty, C, budget):
+        """A tall logistic regression (n_samples >> n_features: the primal side), informative
+        features a tenth of them, labels from a noisy linear score."""
+        def build():
+            rng = np.random.default_rng(2)
+            if density < 1.0:
+                X = sp.random(n, d, density=density, format="csc", random_state=rng,
+                              data_rvs=lambda k: rng.standard_normal(k))
+            else:
+                X = np.asfortranarray(rng.standard_normal((n, d)))
+            coef = np.zeros(d)
+            coef[rng.choice(d, max(1, d // 10), replace=False)] = rng.standard_normal(max(1, d // 10))
+            score = X @ coef
+            y = np.where(score + 0.5 * np.std(score) * rng.standard_normal(n) > 0, 1.0, -1.0)
+            return classifier("logistic", X, y, C=C, fit_intercept=False, penalty=penalty), budget
+        return build
+
     if quick:
         out += [("dense lasso 2000x1000", dense(2000, 1000, 20, True)),
-                ("sparse lasso 5000x5000 1%", sparse(5000, 5000, 0.01, False))]
+                ("sparse lasso 5000x5000 1%", sparse(5000, 5000, 0.01, False)),
+                ("dense logistic l1 5000x500", tall_logistic(5000, 500, 1.0, "l1", 0.05, True))]
     else:
         out += [("dense lasso 2000x1000", dense(2000, 1000, 20, False)),
                 ("dense lasso 5000x20000", dense(5000, 20000, 100, True)),
                 ("sparse lasso 20000x20000 0.5%", sparse(20000, 20000, 0.005, False)),
                 ("sparse lasso 100000x50000 0.1%", sparse(100000, 50000, 0.001, True)),
-                ("dense svm 20000x300", dense_svm(20000, 300))]
+                ("dense svm 20000x300", dense_svm(20000, 300)),
+                ("dense logistic 20000x500", tall_logistic(20000, 500, 1.0, "l2", 1.0, False)),
+                ("dense logistic l1 20000x1000", tall_logistic(20000, 1000, 1.0, "l1", 0.05, True)),
+                ("sparse logistic l1 100000x20000 0.1%", tall_logistic(100000, 20000, 0.001, "l1", 1.0, True))]
     return out
 
 
@@ -344,6 +380,9 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=None, help="runs per solver (3; quick: 1)")
     parser.add_argument("--max-time", type=float, default=None, help="seconds per solver run")
     parser.add_argument("--no-tracking", action="store_true")
+    parser.add_argument("--only", action="append", default=None, metavar="TEXT",
+                        help="run the problems whose label contains TEXT only (repeatable; the docs' page is "
+                             "then left as it is)")
     parser.add_argument("--out", default=str(ROOT / "bench-results"))
     parser.add_argument("--no-docs", dest="write_docs", action="store_false",
                         help="leave docs/benchmarks/results.md as it is (else this suite's table is rewritten)")
@@ -364,7 +403,8 @@ def main(argv=None):
         lines.append(msg)
 
     with threadpool_limits(1):
-        compile_s = compile_kernels(["lasso", "svm", "logistic"])
+        # every problem here is float64: its kernels only
+        compile_s = compile_kernels(["lasso", "svm", "logistic", "logistic_l1", "logistic_l2", "svm_l1"], (np.float64,))
         pools = [(p["internal_api"], p["num_threads"]) for p in threadpool_info()]
         bandwidth = read_bandwidth()
         header = dict(mode="quick" if args.quick else "full", repeats=args.repeats, max_time_s=args.max_time,
@@ -378,6 +418,8 @@ def main(argv=None):
             log(f"peer {name}: {'ok' if reason is None else 'SKIPPED: ' + reason}")
         rows, curves_by = [], {}
         for label, build in problems(args.quick):
+            if args.only and not any(text in label for text in args.only):
+                continue
             try:
                 problem, budget_arms = build()
             except FileNotFoundError as error:
@@ -398,7 +440,7 @@ def main(argv=None):
     text = "\n".join([f"# Benchmark ({header['mode']})", "", "```", *lines, "```", "", table, "", summ, "",
                       f"total benchmark time: {total:.0f} s"])
     (out_dir / "bench.md").write_text(text + "\n")
-    if args.write_docs:
+    if args.write_docs and not args.only:  # a partial run leaves the suite's page as it is
         section = results_section(summary, header, total, datetime.utcnow().strftime("%Y-%m-%d %H:%M"),
                                   [a for a in (argv if argv is not None else sys.argv[1:]) if a != "--quick"])
         write_results_page(section, header["mode"])

@@ -30,10 +30,13 @@ POSITIVE = Real(0, None, "neither")
 
 
 def model_schema(model) -> type:
-    """The config dataclass of a registered GLM: its name and make_problem's named parameters."""
+    """The config dataclass of a registered GLM: its name and make_problem's named parameters, and
+    the options that choose among its family's entries (``penalty``, ``dual``: any type, "auto" or a
+    bool; tasks.problems.resolve_model turns them into an entry once the data's shape is known)."""
     fields = [("name", str, field(default=model.name))]
     fields += [(name, type(default), field(default=default)) for name, default in model.params.items()]
-    return make_dataclass(f"{model.estimator}Model", fields)
+    fields += [(name, Any, field(default=default)) for name, default in model.options.items()]
+    return make_dataclass(f"{model.estimator}{model.name.title().replace('_', '')}Model", fields)
 
 
 @dataclass

@@ -16,7 +16,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import scipy.sparse as sp
 from omegaconf import DictConfig, OmegaConf
@@ -34,7 +34,7 @@ from tasks.data.shards import MAKES_BY_RANGE
 from tasks.distributed_glm.arms import Placement, cocoa_shards
 from tasks.distributed_glm.arms import check_model as check_arm_model
 from tasks.peers import missing_reason
-from tasks.problems import build_problem, describe_labels
+from tasks.problems import build_problem, describe_labels, resolve_model
 from tasks.resources import ArmResources, WorkerResources, cold_read_bandwidth
 
 log = logging.getLogger(__name__)
@@ -65,6 +65,7 @@ def plan(cfg: DictConfig) -> Plan:
     cache_key(data, PROJECT_ROOT)  # a data file that is missing fails here
     model = OmegaConf.to_container(cfg.model, resolve=True)
     get_model(model["name"])  # a GLM of the registry (mlp is DistBelief's)
+    resolve_model(model, 1, 1)  # a classifier's options (penalty, dual) checked now; the side is chosen on the data
     exp = cfg.experiment
     base = {**OmegaConf.to_container(cfg.solver, resolve=True),
             **{key: cfg.device[key] for key in DEVICE_SETTINGS},
@@ -128,6 +129,21 @@ def check_disk_arms(cluster: Any, data: Any, arms: Dict[str, Dict[str, Any]]) ->
         if cluster.shard_source == "maker" and data.name not in MAKES_BY_RANGE:
             raise ValueError(f"The 'shard_source' parameter 'maker' of cluster makes shards of {list(MAKES_BY_RANGE)} data "
                              f"only. Got data '{data.name}' instead: use stream (or file on a shared file system).")
+
+
+def dual_only(plan: Plan, dataset: Any) -> Optional[str]:
+    """Why this run needs a classifier's dual side where both exist (dual="auto" then takes it), or
+    None: CoCoA+ and DIANA arms solve classifiers in the dual here; a sparse store on disk serves
+    the dual's CSR rows (the primal reads a dense feature-major X.npy from disk)."""
+    kinds = {s.get("name") for s in plan.arms.values()}
+    why = {"cocoa": "CoCoA+ solves classifiers in the dual here (samples as coordinates)",
+           "diana": "DIANA's L2 logistic regression is the registry's 'logistic' (it solves it in the primal itself)"}
+    reasons = [text for kind, text in why.items() if kind in kinds]
+    if reasons:
+        return "; ".join(reasons)
+    if dataset.store is not None and any(s.get("host_budget") is not None for s in plan.arms.values()):
+        return "the sparse store on disk is read by rows (samples as coordinates)"
+    return None
 
 
 def default_arm(solver: Any) -> str:
@@ -212,6 +228,12 @@ def run(cfg: DictConfig, plan: Plan, tracker: Any, tags: Dict[str, str], run_nam
         console.print(f"data: {plan.data.name} {dataset.shape[0]} x {dataset.shape[1]}, "
                       f"{dataset.nbytes / 1e6:.1f} MB ({relative(dataset.path)}; {dataset.verified} "
                       f"checked in {dataset.verify_s:.2f}s)")
+        # a classifier's side (primal or dual: model.penalty, model.dual) on the data's shape
+        model, side = resolve_model(plan.model, *dataset.shape, dual_for=dual_only(plan, dataset))
+        if side is not None:
+            console.print(f"model: {model['name']} ({side})")
+            tracker.set_tags(parent_id, {"model_entry": model["name"], "formulation": side})
+        plan = dataclasses.replace(plan, model=model)
         labels = describe_labels(plan.model["name"], dataset.y)
         if labels:
             console.print(f"labels: {labels}")

@@ -14,10 +14,18 @@ def flip_signs(n, seed=0):
 
 
 def peer_data(problem, seed=0):
-    """(X, y) with the Problem's objective, as a scikit-learn style peer takes them."""
-    if not problem.dual_form:
+    """(X, y) with the Problem's objective, as a scikit-learn style peer takes them: a regression's
+    X = A^T and y = b; a classifier's signed samples y_k x_k (A's rows in the dual, A^T's in the
+    primal), each with its sign flipped at random, t_k y_k x_k, and labels t_k (the losses depend
+    only on y_k <w, x_k>). In the primal X keeps A's layout (CSC / Fortran: what CD solvers want)."""
+    if not problem.dual_form and not problem.loss:
         return problem.A.T, problem.b          # Fortran view / CSC: what CD solvers want
-    t = flip_signs(problem.n_coords, seed)
+    n = problem.n_samples if problem.loss else problem.n_coords
+    t = flip_signs(n, seed)
+    if problem.loss:  # the features' rows signed by the labels: t_k times A^T's row k
+        if problem.sparse:
+            return sp.csc_matrix(sp.diags(t) @ problem.A.T, dtype=np.float64), t
+        return np.asfortranarray(np.asarray(problem.A, dtype=np.float64).T * t[:, None]), t
     if problem.sparse:
         X = sp.diags(t) @ problem.A
         return sp.csr_matrix(X, dtype=np.float64), t

@@ -78,8 +78,12 @@ def _sklearn(problem, X, y, knob, method):
     from sklearn.svm import LinearSVC
 
     p = problem.params
-    fi = bool(p.get("fit_intercept")) and not problem.dual_form
+    fi = bool(p.get("fit_intercept")) and not problem.dual_form and not problem.loss
     name = problem.name
+    if problem.loss:  # a classifier in the primal (the intercept, if any, a column of X already)
+        return _sklearn_primal(problem, X, y, knob, method)
+    if method in ("saga", "newton-cholesky"):
+        raise PeerUnsupported(f"scikit-learn's {method} arm is for the classifiers in the primal only")
     if method == "lbfgs":
         if name != "logistic":
             raise PeerUnsupported("scikit-learn's lbfgs arm is for logistic regression only")
@@ -101,6 +105,34 @@ def _sklearn(problem, X, y, knob, method):
     return lambda: est.fit(X, y).coef_
 
 
+def _sklearn_primal(problem, X, y, knob, method):
+    """scikit-learn on a classifier in the primal: liblinear's primal solvers (newGLMNET for the L1
+    logistic, trust-region Newton for the L2, CDN for the L1 squared hinge), or saga, lbfgs,
+    newton-cholesky for the logistic loss."""
+    import sklearn.linear_model as lm
+    from sklearn.svm import LinearSVC
+
+    p, name = problem.params, problem.name
+    l1 = {"logistic_l1": 1.0, "logistic_l2": 0.0, "svm_l1": 1.0, "svm_l2": 0.0}.get(name, p.get("l1_ratio"))
+    if name.startswith("svm"):
+        if method is not None:
+            raise PeerUnsupported(f"scikit-learn's {method} arm has no squared hinge")
+        est = LinearSVC(C=p["C"], penalty="l1" if l1 == 1.0 else "l2", dual=False, tol=knob, max_iter=1000000,
+                        fit_intercept=False)
+        X = sp.csr_matrix(X) if sp.issparse(X) else np.ascontiguousarray(X)  # liblinear's layout, untimed
+    else:
+        solver = method or "liblinear"
+        if solver == "liblinear" and 0.0 < l1 < 1.0:
+            raise PeerUnsupported("liblinear has no elastic net (scikit-learn's saga arm has)")
+        if solver in ("lbfgs", "newton-cholesky") and l1 > 0.0:
+            raise PeerUnsupported(f"scikit-learn's {solver} has the L2 penalty only")
+        est = lm.LogisticRegression(C=p["C"], l1_ratio=l1, solver=solver, tol=knob, max_iter=1000000,
+                                    fit_intercept=False)
+        if solver in ("liblinear", "saga") or sp.issparse(X):
+            X = sp.csr_matrix(X) if sp.issparse(X) else np.ascontiguousarray(X)  # row solvers, untimed
+    return lambda: est.fit(X, y).coef_
+
+
 def _celer(problem, X, y, knob, method):
     import celer
 
@@ -110,8 +142,10 @@ def _celer(problem, X, y, knob, method):
         est = celer.Lasso(alpha=p["alpha"], tol=knob, fit_intercept=fi)
     elif problem.name == "elastic_net":
         est = celer.ElasticNet(alpha=p["alpha"], l1_ratio=p["l1_ratio"], tol=knob, fit_intercept=fi)
+    elif problem.name == "logistic_l1":  # sum loss + 1/C ||w||_1: ours divided by C
+        est = celer.LogisticRegression(C=p["C"], penalty="l1", tol=knob, fit_intercept=False)
     else:
-        raise PeerUnsupported(f"celer has no {problem.name} solver here (Lasso, ElasticNet)")
+        raise PeerUnsupported(f"celer has no {problem.name} solver here (Lasso, ElasticNet, L1 logistic)")
     return lambda: est.fit(X, y).coef_
 
 
@@ -124,8 +158,12 @@ def _skglm(problem, X, y, knob, method):
         est = skglm.Lasso(alpha=p["alpha"], tol=knob, fit_intercept=fi)
     elif problem.name == "elastic_net":
         est = skglm.ElasticNet(alpha=p["alpha"], l1_ratio=p["l1_ratio"], tol=knob, fit_intercept=fi)
+    elif problem.name in ("logistic_l1", "logistic_elasticnet"):  # ours divided by C n
+        l1 = 1.0 if problem.name == "logistic_l1" else p["l1_ratio"]
+        est = skglm.SparseLogisticRegression(alpha=1.0 / (p["C"] * problem.n_samples), l1_ratio=l1, tol=knob,
+                                             max_iter=1000, fit_intercept=False)
     else:
-        raise PeerUnsupported(f"skglm has no {problem.name} arm here (Lasso, ElasticNet)")
+        raise PeerUnsupported(f"skglm has no {problem.name} arm here (Lasso, ElasticNet, sparse logistic)")
     return lambda: est.fit(X, y).coef_
 
 
@@ -147,6 +185,9 @@ def _snapml(problem, X, y, knob, method):
         est = snapml.SupportVectorMachine(regularizer=1.0 / p["C"], **common)
     elif problem.name == "logistic":
         est = snapml.LogisticRegression(regularizer=1.0 / p["C"], **common)
+    elif problem.name in ("logistic_l1", "logistic_l2"):  # (1/C) penalty + sum loss: ours divided by C
+        penalty = "l1" if problem.name == "logistic_l1" else "l2"
+        est = snapml.LogisticRegression(regularizer=1.0 / p["C"], penalty=penalty, dual=False, **common)
     else:
         raise PeerUnsupported(f"Snap ML has no {problem.name} arm here")
     if sp.issparse(X):
@@ -323,6 +364,8 @@ def _vw_fit(problem, cache, knob, method, vw_args=""):
 PEERS = {
     "peer_sklearn": ("sklearn", "scikit-learn", _sklearn, None, TOLS),
     "peer_sklearn_lbfgs": ("sklearn", "scikit-learn", _sklearn, "lbfgs", TOLS),
+    "peer_sklearn_saga": ("sklearn", "scikit-learn", _sklearn, "saga", TOLS),
+    "peer_sklearn_newton": ("sklearn", "scikit-learn", _sklearn, "newton-cholesky", TOLS),
     "peer_celer": ("celer", "celer", _celer, None, TOLS),
     "peer_skglm": ("skglm", "skglm", _skglm, None, TOLS),
     "peer_snapml": ("snapml", "snapml", _snapml, None, TOLS),

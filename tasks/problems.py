@@ -12,6 +12,7 @@ from sklearn.utils.multiclass import type_of_target
 
 from solvers.distbelief.models import CLASSIFIERS as DISTBELIEF_CLASSIFIERS
 from solvers.glm.models import MODELS
+from solvers.glm.models.sides import resolve
 from solvers.storage.on_disk import OnDisk
 from solvers.storage.sparse_on_disk import SparseOnDisk
 from solvers.storage.sparse_store import SparseStore, store_name
@@ -24,6 +25,12 @@ from tasks.data.sparse import sparse_layout
 def is_classifier(model: str) -> bool:
     glm = MODELS.get(model)
     return glm.classifier if glm is not None else model in DISTBELIEF_CLASSIFIERS
+
+
+def reads_samples(model: str) -> bool:
+    """Whether the model's coordinates are samples (a classifier in the dual), not features."""
+    glm = MODELS.get(model)
+    return glm is not None and glm.dual_form
 
 
 def labels_for(model: str, y) -> np.ndarray:
@@ -54,9 +61,33 @@ def describe_labels(model: str, y) -> Optional[str]:
     return None
 
 
-def build_problem(model_cfg: Mapping[str, Any], X, y):
-    """The GLM problem of a model config ({'name': ..., and make_problem's parameters})."""
+def resolve_model(model_cfg: Mapping[str, Any], n_samples: int, n_features: int, dual_for: Optional[str] = None):
+    """(the config of the registry entry that solves ``model_cfg`` on data of this shape, a note
+    on the choice or None): a classifier's options (``penalty``, ``dual``) pick its primal or
+    dual entry (solvers.glm.models.sides, scikit-learn's dual="auto"). ``dual_for``: why the run
+    needs the dual side where both exist (the arms or the data on disk serve only it), which
+    ``dual="auto"`` then takes. A config without the options (another model, or one resolved
+    already) is its own entry, so resolving twice changes nothing."""
     kwargs = dict(model_cfg)
+    name = kwargs.pop("name")
+    options = MODELS[name].options
+    if not options or not set(options) & set(kwargs):
+        return dict(model_cfg), None
+    owner = f"model '{name}'"
+    if dual_for is not None and kwargs.get("dual", options.get("dual")) == "auto":
+        try:
+            entry, params, _ = resolve(name, {**kwargs, "dual": True}, n_samples, n_features, owner=owner)
+            return {"name": entry, **params}, f"dual='auto' chose the dual formulation: {dual_for}"
+        except ValueError:
+            pass  # the penalty has no dual side: the primal's own checks say what fails
+    entry, params, note = resolve(name, kwargs, n_samples, n_features, owner=owner)
+    return {"name": entry, **params}, note
+
+
+def build_problem(model_cfg: Mapping[str, Any], X, y):
+    """The GLM problem of a model config ({'name': ..., and make_problem's parameters; a
+    classifier's options resolved on X's shape, see :func:`resolve_model`})."""
+    kwargs, _ = resolve_model(model_cfg, *X.shape)
     model = kwargs.pop("name")
     return make_problem(model, X, labels_for(model, y), **kwargs)
 
@@ -73,8 +104,8 @@ def build_problem_on_disk(model_cfg: Mapping[str, Any], folder, y, row_stats=Non
     path = on_disk_path(model, folder)
     if isinstance(path, SparseStore):  # a sparse store of the layout the model reads
         data = SparseOnDisk(path, direct=direct)
-    else:  # a classifier's rows are padded: its features are the leading values
-        data = OnDisk(path, n_features=features(path) if is_classifier(model) else None, direct=direct)
+    else:  # a classifier's rows are padded (its dual's sample-major copy): its features are the leading values
+        data = OnDisk(path, n_features=features(path) if reads_samples(model) else None, direct=direct)
     return make_problem_on_disk(model, data, labels_for(model, y), row_stats=row_stats, **kwargs)
 
 
@@ -90,8 +121,8 @@ def on_disk_path(model: str, folder):
     the model's layout (a SparseStore: 'csr' for a classifier, 'csc' for the Lasso family, the
     second written now from the first if the entry has none yet)."""
     if has_sparse_store(folder):
-        return sparse_layout(folder, "csr" if is_classifier(model) else "csc")
-    if is_classifier(model):
+        return sparse_layout(folder, "csr" if reads_samples(model) else "csc")
+    if reads_samples(model):
         return sample_major(folder)
     path = Path(folder) / "X.npy"
     if not path.exists():

@@ -189,6 +189,10 @@ class CoCoA:
         from the data is set-up, like DIANA's smoothness constant: it depends on the data
         and the partition only, is done before the clock starts and is reported apart."""
         self._validate()
+        if problem.loss:
+            raise ValueError(f"CoCoA's local subproblems here are the quadratic data term's; {problem.name} (a "
+                             "classifier in the primal, a loss of the margins) is not supported: solve it with "
+                             "DuHL, or its dual side (model.dual=true) with CoCoA.")
         if self.n_parts > problem.n_coords:
             raise ValueError(f"The 'n_parts' parameter of CoCoA ({self.n_parts}) is above the number of "
                              f"coordinates ({problem.n_coords}).")

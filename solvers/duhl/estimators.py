@@ -16,8 +16,9 @@ or the path of an .npy, and ``host_budget`` (bytes of RAM for the data: a share 
 or a size such as "2GB"), trains from the file through the disk tier
 (:mod:`solvers.storage.on_disk`: coordinates read past the page cache, the block in RAM): the
 array is never loaded whole. The Lasso family reads features, so its file is in Fortran order
-(each column one run on disk); the classifiers read samples (C order) and take
-``fit_intercept=False`` (the file holds no intercept column). A path with ``host_budget=None``
+(each column one run on disk); the classifiers in the dual read samples (C order), in the primal
+features (Fortran order), and take ``fit_intercept=False`` (the file holds no intercept column);
+``dual="auto"`` picks the side the file's order serves. A path with ``host_budget=None``
 is read into RAM once (refused when it does not fit); a memory map with ``host_budget=None``
 is an in-memory array, as in scikit-learn. ``history_`` then has ``bytes_disk`` and
 ``disk_s``, the bytes read from disk and the seconds spent reading them. ``predict``,
@@ -50,7 +51,9 @@ from solvers.storage.reader import DiskMatrix
 from solvers.storage.sparse_on_disk import SparseOnDisk
 from solvers.storage.sparse_store import SparseStore
 from solvers.storage.sparse_transpose import transpose_store
-from solvers.glm.checks import check_params
+from solvers.glm.checks import check, check_params
+from solvers.glm.models import get_model
+from solvers.glm.models.sides import resolve
 from solvers.glm.problems import make_problem, make_problem_on_disk
 
 _ACCEPT_SPARSE = ("csr", "csc", "coo")
@@ -79,6 +82,10 @@ class _DuHLEstimator(BaseEstimator):
     def _problem_kwargs(self):
         raise NotImplementedError
 
+    def _reads_features(self, fortran, shape):
+        """Whether the model's coordinates are features (an .npy on disk must be in Fortran order)."""
+        return True
+
     def _on_disk(self, X):
         """The .npy that X is, with a host_budget (or X a path): its DiskMatrix, after the
         checks; a sparse store (solvers.storage.sparse_store), in the layout the model reads; None
@@ -88,7 +95,14 @@ class _DuHLEstimator(BaseEstimator):
             X = X.store
         if isinstance(X, SparseStore):
             check_params(name, host_budget=self.host_budget)
-            need = "csr" if isinstance(self, _Classifier) else "csc"  # samples, or features, as coordinates
+            need = "csc"  # features as coordinates
+            if isinstance(self, _Classifier):
+                entry, _, _ = self._side(*X.shape, layout="samples")
+                if not get_model(entry).dual_form:
+                    raise ValueError(f"{name} with penalty={self.penalty!r} solves the primal (features as "
+                                     "coordinates), which is not supported from a sparse store yet: fit it "
+                                     "from a Fortran-order .npy or in RAM.")
+                need = "csr"  # samples as coordinates
             store = X if X.layout == need else transpose_store(X)  # written beside it, once
             self.n_features_in_ = X.shape[1]
             if hasattr(self, "feature_names_in_"):
@@ -121,7 +135,7 @@ class _DuHLEstimator(BaseEstimator):
         if len(shape) != 2 or dtype not in (np.float32, np.float64):
             raise ValueError(f"The 'X' parameter of {name} on disk must be a 2-D float32 or float64 .npy. Got "
                              f"{dtype} of shape {shape} in {path} instead.")
-        by_feature = not isinstance(self, _Classifier)
+        by_feature = self._reads_features(fortran, shape)
         if fortran != by_feature:
             need, got = ("Fortran", "C") if by_feature else ("C", "Fortran")
             reads = "features (each column" if by_feature else "samples (each row"
@@ -187,14 +201,18 @@ class _DuHLEstimator(BaseEstimator):
                              f"({n}). Got shape {y.shape} instead.")
         return y
 
+    def _entry(self):
+        """(the registry entry the fit solves, its parameters, a note on the choice or None)."""
+        return self._model, self._problem_kwargs(), None
+
     def _solve(self, X, y, label=""):
         """Solve the problem on (X, y); X in RAM, a DiskMatrix or a sparse store (a fresh reader per
         problem)."""
+        model, kwargs, note = self._entry()
         if isinstance(X, SparseStore):
             data = SparseOnDisk(X)
             try:
-                problem = make_problem_on_disk(self._model, data, y, owner=type(self).__name__,
-                                               **self._problem_kwargs())
+                problem = make_problem_on_disk(model, data, y, owner=type(self).__name__, **kwargs)
                 try:
                     res = self._solver().solve(problem)
                 finally:
@@ -204,8 +222,7 @@ class _DuHLEstimator(BaseEstimator):
         elif isinstance(X, DiskMatrix):
             data = OnDisk(DiskMatrix(X.path))
             try:
-                problem = make_problem_on_disk(self._model, data, y, owner=type(self).__name__,
-                                               **self._problem_kwargs())
+                problem = make_problem_on_disk(model, data, y, owner=type(self).__name__, **kwargs)
                 try:
                     res = self._solver().solve(problem)
                 finally:
@@ -213,8 +230,10 @@ class _DuHLEstimator(BaseEstimator):
             finally:
                 data.matrix.close()
         else:
-            problem = make_problem(self._model, X, y, owner=type(self).__name__, **self._problem_kwargs())
+            problem = make_problem(model, X, y, owner=type(self).__name__, **kwargs)
             res = self._solver().solve(problem)
+        if note is not None:
+            res.notes.append(note)
         if res.status != "converged":
             # as scikit-learn does: the model is returned, with a warning that names the gap
             warnings.warn(f"{type(self).__name__}{label} did not converge: relative duality gap "
@@ -324,15 +343,39 @@ class Ridge(_Regressor):
 
 
 class _Classifier(ClassifierMixin, _DuHLEstimator):
+    """A classifier solved on its primal side (features as coordinates) or its dual side (samples
+    as coordinates), as ``dual`` chooses (solvers.glm.models.sides: scikit-learn's rule for
+    "auto"); the choice is in ``history_.attrs["notes"]``."""
+
+    _family = None  # the registry family: "logistic" or "svm"
+
+    def _options(self):
+        """The family's options (penalty, dual, ...), checked by solvers.glm.models.sides."""
+        return dict(penalty=self.penalty, dual=self.dual)
+
+    def _side(self, n_samples, n_features, layout=None):
+        self._chosen = resolve(self._family, {**self._problem_kwargs(), **self._options()}, n_samples, n_features,
+                               owner=type(self).__name__, layout=layout)
+        return self._chosen
+
+    def _entry(self):
+        return self._chosen
+
+    def _reads_features(self, fortran, shape):
+        entry, _, _ = self._side(shape[0], shape[1], layout="features" if fortran else "samples")
+        return not get_model(entry).dual_form
+
     def fit(self, X, y):
+        self._chosen = None
         disk = self._on_disk(X)
         if disk is None:
             X, y = validate_data(self, X, y, accept_sparse=_ACCEPT_SPARSE, order="C",
                                  dtype=[np.float64, np.float32])
+            self._side(*X.shape)
         elif isinstance(disk, SparseStore):
             y, X = self._check_y(y, disk.shape[0]), disk
         else:
-            y, X = self._check_y(y, disk.shape[0]), disk
+            y, X = self._check_y(y, disk.shape[1] if disk.fortran else disk.shape[0]), disk
             disk.close()
         check_classification_targets(y)
         self.classes_ = np.unique(y)
@@ -345,8 +388,9 @@ class _Classifier(ClassifierMixin, _DuHLEstimator):
             label = f" (class {cls!r} vs the rest)" if len(positives) > 1 else ""
             problem, res = self._solve(X, (y == cls).astype(np.float64), label)
             d = problem.n_features
-            coefs.append(res.v[:d])
-            intercepts.append(res.v[d] * self.intercept_scaling if self.fit_intercept else 0.0)
+            w = res.v if problem.dual_form else res.a  # the dual side's w = A^T a; the primal's a itself
+            coefs.append(w[:d])
+            intercepts.append(w[d] * self.intercept_scaling if self.fit_intercept else 0.0)
             results.append(res)
         dtype = (X.value_dtype or np.float64) if isinstance(X, SparseStore) else X.dtype
         self.coef_ = np.asarray(coefs, dtype=dtype)
@@ -372,18 +416,27 @@ class _Classifier(ClassifierMixin, _DuHLEstimator):
 
 
 class LinearSVC(_Classifier):
-    """1/2 ||w||^2 + C sum_i loss(y_i w^T x_i), loss hinge or squared_hinge, solved in the dual.
+    """penalty(w) + C sum_i loss(y_i w^T x_i), as sklearn.svm.LinearSVC: loss hinge or squared_hinge,
+    penalty 1/2 ||w||^2 ("l2") or ||w||_1 ("l1", squared hinge only).
 
-    Multiclass by one-vs-rest, like scikit-learn's LinearSVC. The intercept is
-    an extra feature of value ``intercept_scaling`` (regularised), as liblinear.
+    ``dual``: "auto" (default), True or False, as scikit-learn's: the dual (samples as
+    coordinates: liblinear's dual CD) or the primal (features as coordinates: Newton passes with
+    a line search, liblinear's L1-regularised L2-loss SVC). "auto" takes the dual when n_samples
+    < n_features and the combination has one, else the primal when it has one (the hinge loss has
+    no primal, the L1 penalty no dual); the choice is in ``history_.attrs["notes"]``. Refused
+    combinations raise scikit-learn's message. Multiclass by one-vs-rest, like scikit-learn's
+    LinearSVC. The intercept is an extra feature of value ``intercept_scaling`` (regularised,
+    on either side), as liblinear.
     """
 
-    _model = "svm"
+    _family = "svm"
 
-    def __init__(self, *, loss="squared_hinge", C=1.0, fit_intercept=True, intercept_scaling=1.0,
-                 tol=1e-4, max_iter=1000, random_state=None, device="cpu", memory_budget=None,
-                 host_budget=None, selection="gap"):
+    def __init__(self, penalty="l2", loss="squared_hinge", *, dual="auto", C=1.0, fit_intercept=True,
+                 intercept_scaling=1.0, tol=1e-4, max_iter=1000, random_state=None, device="cpu",
+                 memory_budget=None, host_budget=None, selection="gap"):
+        self.penalty = penalty
         self.loss = loss
+        self.dual = dual
         self.C = C
         self.fit_intercept = fit_intercept
         self.intercept_scaling = intercept_scaling
@@ -400,18 +453,27 @@ class LinearSVC(_Classifier):
 
 
 class LogisticRegression(_Classifier):
-    """1/2 ||w||^2 + C sum_i log(1 + exp(-y_i w^T x_i)), solved in the dual (liblinear's form).
+    """penalty(w) + C sum_i log(1 + exp(-y_i w^T x_i)), as sklearn.linear_model.LogisticRegression:
+    penalty 1/2 ||w||^2 ("l2"), ||w||_1 ("l1") or l1_ratio ||w||_1 + (1 - l1_ratio)/2 ||w||^2
+    ("elasticnet").
 
-    Multiclass by one-vs-rest; the intercept is a regularised extra feature of
-    value ``intercept_scaling``, as scikit-learn's liblinear solver.
+    ``dual``: "auto" (default), True or False: the dual (samples as coordinates, liblinear's dual
+    solver; L2 only) or the primal (features as coordinates: Newton passes with a line search, as
+    newGLMNET). "auto" takes the primal when the penalty needs it or n_samples >= n_features (as
+    scikit-learn's LinearSVC decides), the dual otherwise; the choice is in
+    ``history_.attrs["notes"]``. Multiclass by one-vs-rest; the intercept is a regularised extra
+    feature of value ``intercept_scaling``, as scikit-learn's liblinear solver.
     """
 
-    _model = "logistic"
+    _family = "logistic"
 
-    def __init__(self, *, C=1.0, fit_intercept=True, intercept_scaling=1.0, tol=1e-4,
-                 max_iter=1000, random_state=None, device="cpu", memory_budget=None,
-                 host_budget=None, selection="gap"):
+    def __init__(self, penalty="l2", *, dual="auto", C=1.0, l1_ratio=None, fit_intercept=True,
+                 intercept_scaling=1.0, tol=1e-4, max_iter=1000, random_state=None, device="cpu",
+                 memory_budget=None, host_budget=None, selection="gap"):
+        self.penalty = penalty
+        self.dual = dual
         self.C = C
+        self.l1_ratio = l1_ratio
         self.fit_intercept = fit_intercept
         self.intercept_scaling = intercept_scaling
         self.tol = tol
@@ -421,6 +483,17 @@ class LogisticRegression(_Classifier):
         self.memory_budget = memory_budget
         self.host_budget = host_budget
         self.selection = selection
+
+    def _options(self):
+        name = type(self).__name__
+        options = super()._options()
+        if self.penalty == "elasticnet":
+            if self.l1_ratio is None:
+                raise ValueError("l1_ratio must be specified when penalty is elasticnet.")
+            options["l1_ratio"] = check(name, "l1_ratio", self.l1_ratio)
+        elif self.l1_ratio is not None and 0 < self.l1_ratio < 1:
+            warnings.warn(f"l1_ratio parameter is only used when penalty is 'elasticnet'. Got (penalty={self.penalty})")
+        return options
 
     def predict_proba(self, X):
         scores = self.decision_function(X)

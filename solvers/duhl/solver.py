@@ -340,10 +340,10 @@ class DuHL:
         self._iterates = np.empty((self.keep_iterates, n))
         a = np.zeros(n) if a0 is None else np.array(a0, dtype=np.float64)
         if a0 is None:
-            z, off = -problem.c * problem.b, np.zeros(1)
+            z, off = problem.zero_state()
         else:
             z, off = problem.state_from(a)
-        applies = budget is None and self.device == "cpu" and not problem.dual_form
+        applies = budget is None and self.device == "cpu" and not problem.dual_form and not problem.loss
         if not isinstance(self.anderson, str) and self.anderson and not applies:
             self._notes.append("anderson applies with all data resident on the CPU and coordinates that are "
                                "the model's coefficients (Lasso, ElasticNet, Ridge): ignored")
@@ -390,7 +390,7 @@ class DuHL:
         else:  # re-evaluate from a alone (outside the timed loop): no drift in z can hide in the result
             z, off = problem.state_from(a)
             primal, dual, gap, _ = problem.certify(a, z, off, dual_best=dual_best)
-        v = z / problem.c + problem.b
+        v = problem.v_of(z, off)
         return DuHLResult(a=a, v=v, trace=trace.frame(), status=status, primal=primal, dual=dual, gap=gap,
                           rel_gap=gap / problem.P0 if problem.P0 > 0 else 0.0, time_s=elapsed,
                           epochs=updates / n, bytes_h2d=bytes_h2d, n_rounds=rounds, prefetch_hits=hits,
@@ -400,7 +400,7 @@ class DuHL:
     def _solve_resident(self, problem, a, z, off, rng, trace, t0):
         """All data resident on the CPU: the compiled loop (solvers.duhl.loops.resident)."""
         epochs = 1 if self.local_epochs == "auto" else self.local_epochs  # "auto": one epoch a round here
-        on = (isinstance(self.anderson, str) or bool(self.anderson)) and not problem.dual_form
+        on = (isinstance(self.anderson, str) or bool(self.anderson)) and not problem.dual_form and not problem.loss
         status, rounds, updates, dual_best, self.anderson_state_, self.global_passes_ = solve_resident(
             problem, a, z, off, local_epochs=epochs, max_epochs=self.max_epochs, max_time=self.max_time,
             shrinking=self.shrinking, tol_abs=self.tol * problem.P0, seed_value=int(rng.integers(2**31 - 1)),

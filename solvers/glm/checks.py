@@ -194,6 +194,8 @@ RULES: Mapping[str, Rule] = {
     "l1_ratio": Real(0, 1),
     "C": Real(0, None, "neither"),
     "loss": Options(("hinge", "squared_hinge")),
+    "penalty": Options(("l1", "l2", "elasticnet")),
+    "dual": Either("auto", Boolean()),
     "fit_intercept": Boolean(),
     "intercept_scaling": Real(0, None, "neither"),
     # stopping

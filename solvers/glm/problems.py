@@ -2,10 +2,16 @@
 
 A :class:`Problem` holds the coordinate-major data ``A`` (row i = coordinate i:
 a feature for the regression models, a signed sample y_i x_i for the
-classifiers), the quadratic data term f(v) = c/2 ||v - b||^2, each
-coordinate's mean ``mu`` (non-zero only when an unpenalised intercept is
-fitted by centring) and centred squared norm, the model's registry entry, its
-named ``params`` and its kernel parameters ``theta`` (:mod:`solvers.glm.models`).
+classifiers in the dual, a feature signed sample by sample, y_k x_kj, for the
+classifiers in the primal), the data term (the quadratic f(v) = c/2 ||v - b||^2,
+or a loss of the margins: the model's ``Loss``), each coordinate's mean ``mu``
+(non-zero only when an unpenalised intercept is fitted by centring) and centred
+squared norm, the model's registry entry, its named ``params`` and its kernel
+parameters ``theta`` (:mod:`solvers.glm.models`).
+
+The solvers' state is (a, z, off): for the quadratic term z = c (v - b) and off = [the mean
+of v]; for a loss z = u = grad f(v) and off = [0, the margins v] (:meth:`Problem.zero_state`,
+:meth:`Problem.state_from`).
 """
 
 from __future__ import annotations
@@ -17,9 +23,9 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.utils.validation import check_array, check_consistent_length
 
-from solvers.glm.certificates import form_certificate, residual_stats, tight_lasso
+from solvers.glm.certificates import certificate, data_value, form_certificate, residual_stats, tight_l1
 from solvers.glm.checks import check_params
-from solvers.glm.models import get_model
+from solvers.glm.models import get_model, has_loss
 from solvers.kernels import cpu
 
 
@@ -34,7 +40,7 @@ class Problem:
     theta: tuple              # the model's kernel parameters (a NamedTuple)
     params: dict              # the model's named parameters, as the user gave them
     P0: float                 # the user's primal objective at zero
-    dual_form: bool           # True when coordinates are samples (SVM, logistic)
+    dual_form: bool           # True when coordinates are samples (SVM, logistic in the dual)
     n_samples: int
     n_features: int
     info: dict = field(default_factory=dict)  # x_mean, y_mean, intercept_scaling, classes
@@ -50,6 +56,11 @@ class Problem:
     def model(self):
         """The registry entry (solvers.glm.models.Model)."""
         return get_model(self.name)
+
+    @property
+    def loss(self):
+        """Whether the data term is a loss of the margins (a classifier in the primal)."""
+        return has_loss(self.theta)
 
     @property
     def n_coords(self):
@@ -84,8 +95,15 @@ class Problem:
             kept = self.__dict__["_coord_bytes"] = (self.A, counts)
         return kept[1].copy()
 
+    def zero_state(self):
+        """(z, off) at a = 0."""
+        if self.loss:
+            return self.state_from(np.zeros(self.n_coords))
+        return -self.c * self.b, np.zeros(1)
+
     def state_from(self, a):
-        """(z, off) for coefficients a: z = c (A^T a - b), off = [mean of A^T a]."""
+        """(z, off) for coefficients a: z = c (A^T a - b), off = [mean of A^T a]; for a loss
+        z = grad f(v), off = [0, v], v = A^T a (the margins)."""
         if self.on_disk:  # reads the coordinates with a_i != 0
             v = self.A.dot_t(a)
         elif self.sparse:
@@ -95,8 +113,18 @@ class Problem:
             step = max(1, (1 << 24) // max(1, self.A.shape[1]))
             for lo in range(0, self.n_coords, step):
                 v += a[lo:lo + step] @ self.A[lo:lo + step].astype(np.float64, copy=False)
+        if self.loss:
+            z = np.empty(v.shape[0])
+            cpu.loss_state(self.theta, v, z)
+            return z, np.concatenate([[0.0], v])
         off = np.array([float(self.mu @ a)])
         return self.c * (v - self.b), off
+
+    def v_of(self, z, off):
+        """v = A^T a at the state (a classifier in the dual: w; in the primal: the margins)."""
+        if self.loss:
+            return off[1:].copy()
+        return z / self.c + self.b
 
     def coordinate_gaps(self, a, z, off, coords=None, with_s=False):
         """Coordinate-wise duality gaps of ``coords`` (all by default); with ``with_s``
@@ -126,17 +154,24 @@ class Problem:
         if gap_sum is None:
             gaps, s = self.coordinate_gaps(a, z, off, with_s=True)
             gap_sum, s_max = float(gaps.sum()), float(np.abs(s).max(initial=0.0))
-        tight = tight_lasso(self.theta)
-        q, ub = residual_stats(z, self.c * off[0], self.b)
-        P_form, D_form, gap, dual_best = form_certificate(
-            q, ub, self.c, cpu.sum_g(a, self.theta), gap_sum, s_max if tight else 0.0,
-            self.theta.l1 if tight else 0.0, tight, dual_best)
+        tight = tight_l1(self.theta)
+        if self.loss:
+            P_form, D_form, gap, dual_best = certificate(
+                self.theta, z, off, self.c, self.b, cpu.sum_g(a, self.theta), gap_sum, s_max if tight else 0.0,
+                self.theta.l1 if tight else 0.0, tight, dual_best)
+        else:
+            q, ub = residual_stats(z, self.c * off[0], self.b)
+            P_form, D_form, gap, dual_best = form_certificate(
+                q, ub, self.c, cpu.sum_g(a, self.theta), gap_sum, s_max if tight else 0.0,
+                self.theta.l1 if tight else 0.0, tight, dual_best)
         if self.dual_form:
             return -D_form, -P_form, gap, dual_best
         return P_form, D_form, gap, dual_best
 
     def form_primal(self, a, z, off):
         """The objective coordinate descent minimizes (the form's primal), from the state."""
+        if self.loss:
+            return data_value(self.theta, z, off, self.c) + cpu.sum_g(a, self.theta)
         return cpu.shifted_sq_norm(z, self.c * off[0]) / (2.0 * self.c) + cpu.sum_g(a, self.theta)
 
     def objectives(self, a, z, off, gap=None):
@@ -199,11 +234,13 @@ def make_problem(name, X, y, owner=None, **params):
     model = get_model(name)
     params = model_params(name, owner, **params)
     X = check_array(X, accept_sparse=("csr", "csc", "coo"), dtype=(np.float64, np.float32),
-                    order="C" if model.classifier else "F")
+                    order="C" if model.dual_form else "F")
     y = check_array(y, ensure_2d=False, dtype=np.float64, input_name="y")
     if y.ndim != 1:
         raise ValueError(f"y must be 1-dimensional. Got shape {y.shape} instead.")
     check_consistent_length(X, y)
+    if model.classifier and not model.dual_form:
+        return _primal_classification_problem(model, X, y, params)
     if model.classifier:
         return _classification_problem(model, X, y, params)
     return _regression_problem(model, X, y, params)
@@ -237,7 +274,9 @@ def make_problem_on_disk(name, data, y, row_stats=None, owner=None, **params):
     solvers.storage.on_disk.OnDisk, dense, or a solvers.storage.sparse_on_disk.SparseOnDisk, a
     sparse store). Regression models: ``data`` holds X^T, (n_features, n_samples), a feature
     per coordinate (a dense Fortran-order X, or a 'csc' store); ``row_stats`` = (sum, sum of
-    squares) of each feature. Classifiers (solved in the dual): ``data`` holds X itself,
+    squares) of each feature; the classifiers in the primal too (a dense Fortran-order X; its
+    values read signed by the labels, y_k x_kj; no intercept: the file has no column for it).
+    Classifiers in the dual: ``data`` holds X itself,
     (n_samples, n_features), a sample per coordinate (a C-order X, or a 'csr' store), read with
     the labels' signs applied (y_i x_i, exact); ``row_stats``: (sum, sum of squares) of each
     sample's row of X. Without ``row_stats`` one pass over the data computes them (none for a
@@ -245,6 +284,8 @@ def make_problem_on_disk(name, data, y, row_stats=None, owner=None, **params):
     model = get_model(name)
     params = model_params(name, owner, **params)
     y = check_array(y, ensure_2d=False, dtype=np.float64, input_name="y")
+    if model.classifier and not model.dual_form:
+        return _primal_classification_on_disk(model, data, y, row_stats, params, owner or model.estimator)
     if model.classifier:
         return _classification_on_disk(model, data, y, row_stats, params, owner or model.estimator)
     d, n = data.shape
@@ -307,3 +348,55 @@ def _classification_problem(model, X, y, params):
                    params=params, P0=P0, dual_form=True, n_samples=n, n_features=d,
                    info={"classes": classes, "fit_intercept": params["fit_intercept"],
                          "intercept_scaling": float(params["intercept_scaling"])})
+
+
+def _two_classes(model, y):
+    classes = np.unique(y)
+    if classes.shape[0] != 2:
+        raise ValueError(f"{model.estimator} needs exactly two classes in y for one problem; "
+                         f"got {classes.shape[0]} ({classes[:5].tolist()}).")
+    return classes, np.where(y == classes[1], 1.0, -1.0)
+
+
+def _loss_problem(model, A, signs, params, classes, n, d, sq):
+    """The Problem of a classifier in the primal from its signed feature-major data A."""
+    loss = model.math.loss
+    # the user's primal at w = 0: sum_k loss_k(0) (the bound of an L1 penalty needs it)
+    P0 = n * float(loss.value(model.theta(params, 1.0), 0.0))
+    return Problem(name=model.name, A=A, b=signs, c=1.0, mu=np.zeros(A.shape[0]), sqnorm=sq,
+                   theta=model.theta(params, P0), params=params, P0=P0, dual_form=False, n_samples=n,
+                   n_features=d, info={"classes": classes, "fit_intercept": bool(params["fit_intercept"]),
+                                       "intercept_scaling": float(params["intercept_scaling"])})
+
+
+def _primal_classification_problem(model, X, y, params):
+    """A classifier in the primal: coordinate j holds y_k x_kj (so A^T w is the margins), the
+    intercept one more coordinate of value ``intercept_scaling``, penalised as liblinear does."""
+    n, d = X.shape
+    classes, signs = _two_classes(model, y)
+    if params["fit_intercept"]:
+        col = np.full((n, 1), params["intercept_scaling"], dtype=X.dtype)
+        X = sp.hstack([X, sp.csr_matrix(col)], format="csc") if sp.issparse(X) else np.hstack([X, col])
+    A = _coordinate_major(X, by_feature=True)
+    if sp.issparse(A):
+        A.data *= signs[A.indices].astype(A.dtype)
+    else:
+        A = A * signs[None, :].astype(A.dtype)  # a new array: the caller's X is left alone
+    _, sq = _row_stats(A)
+    return _loss_problem(model, A, signs, params, classes, n, d, sq)
+
+
+def _primal_classification_on_disk(model, data, y, row_stats, params, owner):
+    d, n = data.shape
+    if not hasattr(data, "signed"):
+        raise ValueError(f"{owner} in the primal reads a dense feature-major .npy (Fortran order) from disk; "
+                         f"got {type(data).__name__}: load the data into RAM, or solve it in the dual (dual=True).")
+    if params["fit_intercept"]:
+        raise ValueError(f"The 'fit_intercept' parameter of {owner} must be False with the data on disk "
+                         "(host_budget): the file holds no intercept column. Got True instead.")
+    if y.shape != (n,):
+        raise ValueError(f"y has shape {y.shape}; the data on disk holds {n} samples of {d} features.")
+    classes, signs = _two_classes(model, y)
+    A = data.signed(signs)
+    sq = A.row_stats()[1] if row_stats is None else np.asarray(row_stats[1], dtype=np.float64)
+    return _loss_problem(model, A, signs, params, classes, n, d, sq)

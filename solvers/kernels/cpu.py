@@ -18,6 +18,12 @@ Sparse indices are read as unsigned: Numba then drops its negative-index
 wraparound from the gather and scatter loops (~15% on w8a). The gap kernels
 also return each coordinate's s = <A_i, u>, from which the Lasso's tight
 certificate is built (solvers.glm.certificates).
+
+A model whose data term is a loss of the margins (the classifiers in the primal,
+:mod:`solvers.glm.models.primal`) keeps u = grad f(v) itself in z (``off[0]`` = 0, mu = 0: the
+gap kernels serve it unchanged) and the margins v in ``off[1:]``. Its epoch is a Newton pass
+(:func:`newton_pass_dense`, :func:`newton_pass_sparse`; :func:`epoch_kernels` picks the kernel
+of a theta).
 """
 
 import numpy as np
@@ -26,7 +32,8 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from solvers.glm.models import coord_gap, coord_update, g_value
+from solvers.glm.models import (coord_gap, coord_update, g_value, has_loss, loss_change, loss_change_bound,
+                                loss_curvature, loss_grad, loss_grad_step)
 from solvers.kernels.cache import compiled
 
 # Dense rows: reassociation lets LLVM vectorise the dot products (no NaN/inf assumptions).
@@ -127,6 +134,365 @@ def scd_epoch_sparse(indptr, indices, data, coords, order, a, z, off, mu, sqnorm
             off[0] += d * mu[i]
             a[i] = x
     return order.shape[0]
+
+
+# ----------------------------------------------------------------- a loss's Newton pass ---
+# The line search on a pass's step (newGLMNET's: Yuan, Ho & Lin 2012; liblinear's constants):
+# Armijo's sufficient decrease with sigma = 0.01, the step halved at most LINE_STEPS times
+ARMIJO = 0.01
+LINE_STEPS = 20
+H_FLOOR = 1e-12  # liblinear's floor on a coordinate's curvature (the squared hinge's can be 0)
+
+
+@compiled(inline="always")
+def _line_search(coords, order, a, a0, z, u0, dm, margins, theta, touched, n_touched, aux):
+    """The pass moved a (from a0, its coordinates coords[order]) and the margins by dm (the
+    samples ``touched[:n_touched]``, u0 their u before): take the longest step lam in 1, 1/2, ...
+    along it whose objective change is at most ARMIJO lam times the model's (the gradient's
+    slope plus g's change), or none; then a, the margins and u = grad f at the step taken. A step
+    is tried on the loss's upper bound of its change first (``loss_change_bound``: the logistic's
+    without a log), on the exact change only where the bound does not pass; ``aux`` keeps what
+    the bound computed for u's update (the logistic's exp(-d))."""
+    n = order.shape[0]
+    slope = 0.0
+    for t in range(n_touched):
+        k = touched[t]
+        slope += u0[k] * dm[k]
+    dg_full = 0.0
+    for jj in range(n):
+        i = coords[order[jj]]
+        dg_full += g_value(theta, a[i]) - g_value(theta, a0[jj])
+    predicted = slope + dg_full  # <= 0: the model's own decrease
+    lam = 1.0
+    taken = 0.0
+    for _ in range(LINE_STEPS):
+        dg = dg_full
+        if lam != 1.0:
+            dg = 0.0
+            for jj in range(n):
+                i = coords[order[jj]]
+                dg += g_value(theta, a0[jj] + lam * (a[i] - a0[jj])) - g_value(theta, a0[jj])
+        allowed = ARMIJO * lam * predicted - dg
+        bound = 0.0
+        for t in range(n_touched):
+            k = touched[t]
+            if dm[k] != 0.0:
+                b, aux[k] = loss_change_bound(theta, margins[k], u0[k], lam * dm[k])
+                bound += b
+        passed = bound <= allowed
+        if not passed:
+            df = 0.0
+            for t in range(n_touched):
+                k = touched[t]
+                if dm[k] != 0.0:
+                    df += loss_change(theta, margins[k], u0[k], lam * dm[k])
+            passed = df <= allowed
+        if passed:
+            taken = lam
+            break
+        lam *= 0.5
+    if taken != 1.0:
+        for jj in range(n):
+            i = coords[order[jj]]
+            a[i] = a0[jj] + taken * (a[i] - a0[jj])
+    for t in range(n_touched):
+        k = touched[t]
+        if dm[k] != 0.0 and taken > 0.0:
+            step = taken * dm[k]
+            margins[k] += step
+            z[k] = loss_grad_step(theta, margins[k], u0[k], step, aux[k])
+        else:
+            z[k] = u0[k]
+
+
+@compiled(**_DENSE)
+def newton_pass_dense(rows, coords, order, a, z, off, mu, sqnorm, c, theta):
+    """One Newton pass of a loss model over ``rows[order]`` (z = u = grad f, off[1:] the
+    margins): the coordinates in turn each minimise the data term's second-order model at the
+    pass's start (u0, the curvatures h) plus g along it (the penalty's update with s the
+    model's gradient and L its curvature: a one-dimensional Newton step), z following the
+    model's gradient u0 + h * dm; then a line search on the pass's whole step (newGLMNET's
+    outer step, one inner pass), and z = grad f at the margins reached. One exp per sample
+    and pass for the logistic loss (liblinear's per-coordinate line search takes one per entry).
+    Returns the updates made."""
+    m = z.shape[0]
+    n = order.shape[0]
+    margins = off[1:]
+    u0 = z.copy()
+    h = np.empty(m)
+    dm = np.zeros(m)
+    for k in range(m):
+        h[k] = loss_curvature(theta, u0[k])
+    if n <= HESSIAN_DENSE and 4 * n <= m:
+        _hessian_step_dense(rows, coords, order, a, z, u0, h, margins, theta)
+        return n
+    a0 = np.empty(n)
+    moved = False
+    for jj in range(n):
+        j = order[jj]
+        i = coords[j]
+        G = 0.0
+        H = 0.0
+        for k in range(m):
+            x = rows[j, k]
+            G += x * z[k]
+            H += x * x * h[k]
+        ai = a[i]
+        a0[jj] = ai
+        x_new = coord_update(theta, ai, G, max(H, H_FLOOR))
+        d = x_new - ai
+        if d != 0.0:
+            moved = True
+            for k in range(m):
+                xd = rows[j, k] * d
+                dm[k] += xd
+                z[k] += h[k] * xd
+            a[i] = x_new
+    if moved:
+        _line_search(coords, order, a, a0, z, u0, dm, margins, theta, np.arange(m), m, np.empty(m))
+    return n
+
+
+# A sparse Newton pass over few coordinates with short samples takes its step from the data term's
+# Hessian on the pass's coordinates (newGLMNET with the Hessian kept, as glmnet's covariance updates):
+# when an inner pass (n^2 flops) costs at most four passes' entries, and building
+# it (sum over samples of their entries^2 / 2 multiply-adds) at most HESSIAN_ENTRIES passes' entries
+HESSIAN_ENTRIES = 16
+# a dense pass over at most this many coordinates (H: n (n + 1) / 2 multiply-adds a sample, at most
+# HESSIAN_ENTRIES times the pass's n) and at least 4 n samples takes the Hessian's step too
+HESSIAN_DENSE = 2 * HESSIAN_ENTRIES - 1
+INNER_PASSES = 64      # at most this many inner passes on the model per Newton pass ...
+INNER_SHRINK = 1e-3    # ... until an inner pass's largest step (scaled by sqrt(H_jj)) is this share of the first's
+
+
+@compiled(inline="always")
+def _model_descent(coords, order, a, g0, H, theta):
+    """Coordinate descent on the data term's second-order model g0 d + d^T H d / 2 plus g(a + d) over
+    the pass's n coordinates (r = H (a - a0) kept), until an inner pass's largest step shrinks to
+    INNER_SHRINK of the first's (at most INNER_PASSES): a moves; returns (a0, whether it moved)."""
+    n = order.shape[0]
+    a0 = np.empty(n)
+    for jj in range(n):
+        a0[jj] = a[coords[order[jj]]]
+    r = np.zeros(n)
+    first = 0.0
+    moved = False
+    for sweep in range(INNER_PASSES):
+        largest = 0.0
+        for jj in range(n):
+            i = coords[order[jj]]
+            L = max(H[jj, jj], H_FLOOR)
+            ai = a[i]
+            x_new = coord_update(theta, ai, g0[jj] + r[jj], L)
+            d = x_new - ai
+            if d != 0.0:
+                moved = True
+                a[i] = x_new
+                Hj = H[jj]  # H symmetric: its row, contiguous
+                for q in range(n):
+                    r[q] += d * Hj[q]
+                largest = max(largest, abs(d) * np.sqrt(L))
+        if sweep == 0:
+            first = largest
+        if largest <= INNER_SHRINK * first:
+            break
+    return a0, moved
+
+
+@compiled
+def _hessian_step_dense(rows, coords, order, a, z, u0, h, margins, theta):
+    """The Newton pass of :func:`newton_pass_dense` from the Hessian of its n coordinates
+    (u0 = z and h the curvatures at the pass's start): H = sum_k h_k x_k x_k^T, the model's
+    coordinate descent (:func:`_model_descent`), then the margins' step and the line search."""
+    m = z.shape[0]
+    n = order.shape[0]
+    g0 = np.zeros(n)
+    H = np.zeros((n, n))
+    hx = np.empty(m)
+    for p in range(n):
+        jp = order[p]
+        acc = 0.0
+        for k in range(m):
+            x = rows[jp, k]
+            acc += x * z[k]
+            hx[k] = h[k] * x
+        g0[p] = acc
+        for q in range(p, n):
+            jq = order[q]
+            acc = 0.0
+            for k in range(m):
+                acc += hx[k] * rows[jq, k]
+            H[p, q] = acc
+            H[q, p] = acc
+    a0, moved = _model_descent(coords, order, a, g0, H, theta)
+    if not moved:
+        return
+    dm = np.zeros(m)
+    for jj in range(n):
+        j = order[jj]
+        d = a[coords[j]] - a0[jj]
+        if d != 0.0:
+            for k in range(m):
+                dm[k] += rows[j, k] * d
+    _line_search(coords, order, a, a0, z, u0, dm, margins, theta, np.arange(m), m, np.empty(m))
+
+
+@compiled
+def _hessian_step(indptr, indices, data, coords, order, a, z, margins, theta, entries, m):
+    """The Newton pass of :func:`newton_pass_sparse` from the Hessian of the pass's n coordinates:
+    the gradient g0 and the samples' entries of the pass (a transpose), H = sum_k h_k x_k x_k^T
+    (n x n), inner coordinate descent on g0 d + d^T H d / 2 + g(a + d) until its steps shrink
+    (INNER_SHRINK, at most INNER_PASSES), then the margins' step and the line search. Returns False
+    (nothing done) when building H would cost more than HESSIAN_ENTRIES passes' entries."""
+    n = order.shape[0]
+    counts = np.zeros(m, np.int64)
+    for jj in range(n):
+        j = order[jj]
+        for e in range(indptr[j], indptr[j + 1]):
+            counts[np.uint64(indices[e])] += 1
+    pairs = 0
+    for k in range(m):
+        pairs += counts[k] * (counts[k] + 1) // 2
+    if pairs > HESSIAN_ENTRIES * entries:
+        return False
+    # the pass's entries by sample (positions jj and values), and the samples it touches
+    starts = np.empty(m + 1, np.int64)
+    touched = np.empty(m, np.int64)
+    n_touched = 0
+    total = 0
+    for k in range(m):
+        starts[k] = total
+        total += counts[k]
+        if counts[k]:
+            touched[n_touched] = k
+            n_touched += 1
+    starts[m] = total
+    pos = np.empty(total, np.int64)
+    val = np.empty(total)
+    fill = starts[:m].copy()
+    g0 = np.zeros(n)
+    for jj in range(n):
+        j = order[jj]
+        acc = 0.0
+        for e in range(indptr[j], indptr[j + 1]):
+            k = np.uint64(indices[e])
+            x = data[e]
+            acc += x * z[k]
+            pos[fill[k]] = jj
+            val[fill[k]] = x
+            fill[k] += 1
+        g0[jj] = acc
+    H = np.zeros((n, n))
+    u0 = np.empty(m)
+    for t in range(n_touched):
+        k = touched[t]
+        u0[k] = z[k]
+        hk = loss_curvature(theta, z[k])
+        if hk == 0.0:
+            continue
+        lo, hi = starts[k], starts[k + 1]
+        for p in range(lo, hi):
+            hp = hk * val[p]
+            row = pos[p]
+            for q in range(p, hi):  # the entries of a sample are in ascending jj: the upper triangle
+                H[row, pos[q]] += hp * val[q]
+    for p in range(n):
+        for q in range(p + 1, n):
+            H[q, p] = H[p, q]
+    a0, moved = _model_descent(coords, order, a, g0, H, theta)
+    if not moved:
+        return True
+    dm = np.zeros(m)
+    for jj in range(n):
+        j = order[jj]
+        d = a[coords[j]] - a0[jj]
+        if d != 0.0:
+            for e in range(indptr[j], indptr[j + 1]):
+                dm[np.uint64(indices[e])] += data[e] * d
+    _line_search(coords, order, a, a0, z, u0, dm, margins, theta, touched, n_touched, np.empty(m))
+    return True
+
+
+@compiled(**_SPARSE)
+def newton_pass_sparse(indptr, indices, data, coords, order, a, z, off, mu, sqnorm, c, theta):
+    """Same as :func:`newton_pass_dense` for a CSR matrix of coordinates. A pass whose entries are
+    at least as many as the samples starts the model at every sample; a smaller one (a working
+    set of a few sparse features) only at those it touches, as it meets them."""
+    m = z.shape[0]
+    n = order.shape[0]
+    margins = off[1:]
+    entries = 0
+    for jj in range(n):
+        entries += indptr[order[jj] + 1] - indptr[order[jj]]
+    if n * n <= 4 * entries and _hessian_step(indptr, indices, data, coords, order, a, z, margins, theta, entries, m):
+        return n
+    lazy = entries < m
+    touched = np.empty(m, np.int64)
+    u0 = np.empty(m)
+    h = np.empty(m)
+    dm = np.empty(m)
+    if lazy:
+        seen = np.zeros(m, np.bool_)
+        n_touched = 0
+    else:
+        seen = np.ones(1, np.bool_)
+        for k in range(m):
+            touched[k] = k
+            u0[k] = z[k]
+            h[k] = loss_curvature(theta, z[k])
+            dm[k] = 0.0
+        n_touched = m
+    a0 = np.empty(n)
+    moved = False
+    for jj in range(n):
+        j = order[jj]
+        i = coords[j]
+        lo, hi = indptr[j], indptr[j + 1]
+        ind, val = indices[lo:hi], data[lo:hi]
+        G = 0.0
+        H = 0.0
+        for e in range(hi - lo):
+            k = np.uint64(ind[e])
+            if lazy and not seen[k]:
+                seen[k] = True
+                touched[n_touched] = k
+                n_touched += 1
+                u0[k] = z[k]
+                h[k] = loss_curvature(theta, z[k])
+                dm[k] = 0.0
+            x = val[e]
+            G += x * z[k]
+            H += x * x * h[k]
+        ai = a[i]
+        a0[jj] = ai
+        x_new = coord_update(theta, ai, G, max(H, H_FLOOR))
+        d = x_new - ai
+        if d != 0.0:
+            moved = True
+            for e in range(hi - lo):
+                k = np.uint64(ind[e])
+                xd = val[e] * d
+                dm[k] += xd
+                z[k] += h[k] * xd
+            a[i] = x_new
+    if moved:
+        _line_search(coords, order, a, a0, z, u0, dm, margins, theta, touched, n_touched, np.empty(m))
+    return n
+
+
+def epoch_kernels(theta):
+    """(dense, sparse) epoch kernels of a model: coordinate descent (the quadratic data term) or
+    the Newton pass (a loss)."""
+    if has_loss(theta):
+        return newton_pass_dense, newton_pass_sparse
+    return scd_epoch_dense, scd_epoch_sparse
+
+
+@compiled
+def loss_state(theta, margins, z):
+    """z = u = grad f at the margins (a loss model's state from its margins)."""
+    for k in range(margins.shape[0]):
+        z[k] = loss_grad(theta, margins[k])
 
 
 @compiled(**_DENSE)

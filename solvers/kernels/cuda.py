@@ -12,6 +12,14 @@ coordinate of the order, so at most G updates read a stale z at once. With
 every coordinate in flight together an epoch is a Jacobi step, which
 overshoots, and can diverge, on correlated coordinates.
 
+A model with a loss of the margins (the classifiers in the primal) runs a Newton pass instead,
+as the CPU's (:func:`solvers.kernels.cpu.newton_pass_dense`): :func:`newton_setup` keeps the
+pass's start (u0, the curvatures h), :func:`tpa_newton_dense` / :func:`tpa_newton_sparse` move
+the coordinates on the data term's second-order model (its gradient, linear in the step, added
+into z with atomicAdd as TPA-SCD adds into z), :func:`loss_changes` and :func:`g_changes` give
+the line search its terms (summed on the device, the step chosen on the host), and
+:func:`newton_commit` / :func:`margins_commit` take the step chosen.
+
 Under Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``, device "cuda_sim")
 the same kernels run on NumPy arrays, one block after another, so CI exercises
 this code without a GPU.
@@ -24,7 +32,7 @@ import numpy as np
 
 from numba import config, cuda, float64
 
-from solvers.glm.models import coord_gap, coord_update
+from solvers.glm.models import coord_gap, coord_update, g_value, loss_change, loss_curvature, loss_grad
 
 # threads per block (a power of two); the simulator runs each thread as a Python
 # thread, so it gets few: the strided loops and the reduction still run in full
@@ -198,3 +206,131 @@ def gaps_from_dots(dots, positions, coords, a, off, mu, c, n, theta, out, out_s)
         s = dots[positions[j]] - c * off[0] * n * mu[i]
         out_s[j] = s
         out[j] = coord_gap(theta, a[i], s)
+
+
+# ---------------------------------------------------------------- a loss's Newton pass ---
+H_FLOOR = 1e-12  # as solvers.kernels.cpu.H_FLOOR
+
+
+@cuda.jit
+def newton_setup(z, u0, h, dm, theta):
+    """The pass's start: u0 = z, h = the loss's curvature there, dm = 0; a thread per sample."""
+    k = cuda.grid(1)
+    if k < z.shape[0]:
+        u0[k] = z[k]
+        h[k] = loss_curvature(theta, z[k])
+        dm[k] = 0.0
+
+
+@cuda.jit(device=True)
+def _newton_step(shared, i, w, G, H, a, a0, theta, t):
+    """Thread 0 takes coordinate i's Newton step on the model; every thread gets the change."""
+    if t == 0:
+        ai = a[i]
+        a0[w] = ai
+        x = coord_update(theta, ai, G, max(H, H_FLOOR))
+        a[i] = x
+        shared[0] = x - ai
+    cuda.syncthreads()
+    return shared[0]
+
+
+@cuda.jit
+def tpa_newton_dense(rows, coords, order, a, a0, z, h, dm, theta):
+    """The Newton pass's coordinate steps over ``rows[order]`` (a thread block per coordinate, G
+    of them in flight, as :func:`tpa_scd_dense`): s = <A_i, z>, L = <A_i^2, h>, z += h A_i d and
+    dm += A_i d; a0[w] keeps the w-th coordinate's value before its step."""
+    partial = cuda.shared.array(TPB, float64)
+    partial2 = cuda.shared.array(TPB, float64)
+    shared = cuda.shared.array(1, float64)
+    t = cuda.threadIdx.x
+    n_cols = rows.shape[1]
+    for w in range(cuda.blockIdx.x, order.shape[0], cuda.gridDim.x):
+        j = order[w]
+        acc = 0.0
+        acc2 = 0.0
+        for k in range(t, n_cols, TPB):
+            x = rows[j, k]
+            acc += x * z[k]
+            acc2 += x * x * h[k]
+        partial[t] = acc
+        partial2[t] = acc2
+        G = _block_sum(partial, t)
+        H = _block_sum(partial2, t)
+        d = _newton_step(shared, coords[j], w, G, H, a, a0, theta, t)
+        if d != 0.0:
+            for k in range(t, n_cols, TPB):
+                xd = rows[j, k] * d
+                cuda.atomic.add(dm, k, xd)
+                cuda.atomic.add(z, k, h[k] * xd)
+        cuda.syncthreads()
+
+
+@cuda.jit
+def tpa_newton_sparse(indptr, indices, data, coords, order, a, a0, z, h, dm, theta):
+    """Same as :func:`tpa_newton_dense` for a CSR matrix."""
+    partial = cuda.shared.array(TPB, float64)
+    partial2 = cuda.shared.array(TPB, float64)
+    shared = cuda.shared.array(1, float64)
+    t = cuda.threadIdx.x
+    for w in range(cuda.blockIdx.x, order.shape[0], cuda.gridDim.x):
+        j = order[w]
+        start = indptr[j]
+        stop = indptr[j + 1]
+        acc = 0.0
+        acc2 = 0.0
+        for e in range(start + t, stop, TPB):
+            x = data[e]
+            k = indices[e]
+            acc += x * z[k]
+            acc2 += x * x * h[k]
+        partial[t] = acc
+        partial2[t] = acc2
+        G = _block_sum(partial, t)
+        H = _block_sum(partial2, t)
+        d = _newton_step(shared, coords[j], w, G, H, a, a0, theta, t)
+        if d != 0.0:
+            for e in range(start + t, stop, TPB):
+                k = indices[e]
+                xd = data[e] * d
+                cuda.atomic.add(dm, k, xd)
+                cuda.atomic.add(z, k, h[k] * xd)
+        cuda.syncthreads()
+
+
+@cuda.jit
+def loss_changes(off, u0, dm, lam, theta, out):
+    """out[k] = loss_k(v_k + lam dm_k) - loss_k(v_k), the margins v in off[1:]; a thread per sample."""
+    k = cuda.grid(1)
+    if k < dm.shape[0]:
+        out[k] = loss_change(theta, off[k + 1], u0[k], lam * dm[k]) if dm[k] != 0.0 else 0.0
+
+
+@cuda.jit
+def g_changes(coords, order, a, a0, lam, theta, out):
+    """out[w] = g(a0 + lam (a - a0)) - g(a0) of the w-th coordinate of the pass."""
+    w = cuda.grid(1)
+    if w < order.shape[0]:
+        i = coords[order[w]]
+        out[w] = g_value(theta, a0[w] + lam * (a[i] - a0[w])) - g_value(theta, a0[w])
+
+
+@cuda.jit
+def newton_commit(coords, order, a, a0, lam):
+    """a = a0 + lam (a - a0) over the pass's coordinates (the step taken)."""
+    w = cuda.grid(1)
+    if w < order.shape[0]:
+        i = coords[order[w]]
+        a[i] = a0[w] + lam * (a[i] - a0[w])
+
+
+@cuda.jit
+def margins_commit(off, z, u0, dm, lam, theta):
+    """The margins moved by lam dm, and z = grad f there (u0 where nothing moved)."""
+    k = cuda.grid(1)
+    if k < z.shape[0]:
+        if dm[k] != 0.0 and lam > 0.0:
+            off[k + 1] += lam * dm[k]
+            z[k] = loss_grad(theta, off[k + 1])
+        else:
+            z[k] = u0[k]

@@ -4,6 +4,7 @@ matching kernel of :mod:`solvers.kernels.cpu` into it."""
 
 from numba.extending import overload
 
+from solvers.glm.models import math_of
 from solvers.kernels import cpu
 
 
@@ -13,7 +14,8 @@ def is_csr(D):
 
 
 def epoch(D, coords, order, a, z, off, mu, sqnorm, c, theta):
-    """An epoch over the rows ``order`` of the data D (coordinates coords[order])."""
+    """An epoch over the rows ``order`` of the data D (coordinates coords[order]): coordinate
+    descent, or for a model with a loss of the margins a Newton pass (solvers.kernels.cpu)."""
 
 
 def gaps_of(D, positions, coords, a, z, off, mu, c, theta, out, s):
@@ -30,6 +32,12 @@ def entries(D, i):
 
 @overload(epoch)
 def _epoch_for(D, coords, order, a, z, off, mu, sqnorm, c, theta):
+    if math_of(theta).loss is not None:  # a loss of the margins: Newton passes
+        if is_csr(D):
+            return lambda D, coords, order, a, z, off, mu, sqnorm, c, theta: cpu.newton_pass_sparse(
+                D[0], D[1], D[2], coords, order, a, z, off, mu, sqnorm, c, theta)
+        return lambda D, coords, order, a, z, off, mu, sqnorm, c, theta: cpu.newton_pass_dense(
+            D[0], coords, order, a, z, off, mu, sqnorm, c, theta)
     if is_csr(D):
         return lambda D, coords, order, a, z, off, mu, sqnorm, c, theta: cpu.scd_epoch_sparse(
             D[0], D[1], D[2], coords, order, a, z, off, mu, sqnorm, c, theta)

@@ -8,7 +8,9 @@ kernel runs on this one), A^T a (only the coordinates with a_i != 0 are read),
 row statistics in one pass, and reads of chosen coordinates into a resident
 block. Every byte it reads is counted by the matrix (``bytes_read``, ``read_s``).
 The dual models' coordinates y_i x_i come from the plain sample-major X with the
-labels' signs applied as the rows land (:meth:`OnDisk.scaled`).
+labels' signs applied as the rows land (:meth:`OnDisk.scaled`); the classifiers in the primal
+read features of the feature-major X with each sample's sign applied value by value
+(:meth:`OnDisk.signed`: coordinate j reads as y_k x_kj).
 """
 
 import time
@@ -37,13 +39,20 @@ class OnDisk:
     ndim = 2
 
     def __init__(self, matrix, buffer_bytes=DEFAULT_BUFFER_BYTES, n_features=None, scale=None, intercept=None,
-                 direct=None):
+                 direct=None, entry_scale=None):
         self.matrix = matrix if isinstance(matrix, DiskMatrix) else reader(matrix, direct)
         self.shape = self.matrix.shape
         # each coordinate's factor, applied by the thread that uses the rows once they are read
         # (not in the reader's threads, which then only issue reads: beside two compute threads
         # on 2 cores a multiply there cost 14% of the rate, each thread waiting for a core)
         self._factors = None if scale is None else DiskMatrix._check_scale(self.matrix, scale, self.matrix.dtype)
+        # each value's factor, the same for every coordinate (a primal classifier's sample signs)
+        self._entries = None
+        if entry_scale is not None:
+            self._entries = np.asarray(entry_scale, dtype=self.matrix.dtype)
+            if self._entries.shape != (self.shape[1],):
+                raise ValueError(f"entry_scale has shape {self._entries.shape}; {self.matrix.path} holds "
+                                 f"{self.shape[1]} values per coordinate")
         # the leading values of each coordinate that are data (a dual model's sample row may be
         # padded with zeros to an aligned size: tasks.data.rows); None: all of them
         self.n_features = self.shape[1] if n_features is None else int(n_features)
@@ -80,10 +89,20 @@ class OnDisk:
                                  max_hole=m.max_hole), buffer_bytes=self.buffer_bytes,
                       n_features=self.n_features, scale=scale, intercept=intercept)
 
+    def signed(self, signs):
+        """A fresh reader of the same file whose coordinate j reads as signs * (the file's row j):
+        the primal classifiers' y_k x_kj from the plain feature-major X."""
+        m = self.matrix
+        return OnDisk(DiskMatrix(m.path, threads=m.threads, max_request=m.max_request, direct=m._direct_asked,
+                                 max_hole=m.max_hole), buffer_bytes=self.buffer_bytes,
+                      n_features=self.n_features, entry_scale=signs)
+
     def _apply(self, coords, rows):
-        """rows *= each coordinate's factor (in place; nothing without factors)."""
+        """rows *= each coordinate's factor and each value's (in place; nothing without factors)."""
         if self._factors is not None:
             np.multiply(rows, self._factors[coords, None], out=rows)
+        if self._entries is not None:
+            np.multiply(rows, self._entries[None, :], out=rows)
         if self.intercept is not None:
             rows[:, self.n_features] = self._constant(coords)
 
@@ -136,6 +155,8 @@ class OnDisk:
             v += b[part] @ rows.astype(np.float64, copy=False)
         if self.intercept is not None:  # the file's 0 there: the constant's column
             v[self.n_features] = self.intercept * float(b[support].sum())
+        if self._entries is not None:  # (sum_j a_j x_j) * signs: exact for signs
+            v *= self._entries
         return v
 
     def row_stats(self):
@@ -149,23 +170,27 @@ class OnDisk:
         """out[rows[k]] = coordinate coords[k], now."""
         coords, rows = np.asarray(coords, np.int64), np.asarray(rows, np.int64)
         self.matrix.read_into(coords, out, rows)
-        if self._factors is not None or self.intercept is not None:
+        if self._factors is not None or self.intercept is not None or self._entries is not None:
             self._scale_rows(out, coords, rows)
 
     def prefetch_rows(self, coords, out, rows):
         """The same in the background: a future (the factors applied by its first result())."""
         coords, rows = np.asarray(coords, np.int64), np.asarray(rows, np.int64)
         read = self.matrix.prefetch(coords, out, rows)
-        if self._factors is None and self.intercept is None:
+        if self._factors is None and self.intercept is None and self._entries is None:
             return read
         return _Scaled(read, lambda: self._scale_rows(out, coords, rows))
 
     def _scale_rows(self, out, coords, rows):
-        if self._factors is not None:  # ``out[rows] *= f`` would copy every row read (a whole block) first
+        if self._factors is not None or self._entries is not None:
+            # ``out[rows] *= f`` would copy every row read (a whole block) first
             step = max(1, SCALE_CHUNK_BYTES // max(1, out[:1].nbytes))
             for lo in range(0, rows.size, step):
                 r = rows[lo:lo + step]
-                out[r] = out[r] * self._factors[coords[lo:lo + step], None]
+                if self._factors is not None:
+                    out[r] = out[r] * self._factors[coords[lo:lo + step], None]
+                if self._entries is not None:
+                    out[r] = out[r] * self._entries[None, :]
         if self.intercept is not None:
             out[rows, self.n_features] = self._constant(coords)
 

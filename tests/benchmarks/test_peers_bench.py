@@ -52,7 +52,19 @@ def test_quick_suite_lists_every_required_problem():
     assert any("w8a" in label and "svm" in label for label in labels)
     assert any("w8a" in label and "logistic" in label for label in labels)
     assert any("diabetes" in label for label in labels)
+    assert any("w8a" in label and "logistic l1" in label for label in labels)
+    assert any("w8a" in label and "squared hinge l1" in label for label in labels)
+    assert any(label.startswith("dense logistic l1") for label in labels)  # tall: the primal side
     assert any("dense" in label for label in labels) and any("sparse" in label for label in labels)
+
+
+def test_classifiers_take_the_side_dual_auto_picks():
+    rng = np.random.default_rng(0)
+    X, y = rng.standard_normal((60, 5)), np.where(rng.random(60) < 0.5, 1.0, -1.0)
+    assert bench.classifier("logistic", X, y, C=1.0, fit_intercept=False, penalty="l1").name == "logistic_l1"
+    assert bench.classifier("logistic", X, y, C=1.0, fit_intercept=False, penalty="l2").name == "logistic_l2"
+    assert bench.classifier("logistic", X[:4], np.array([1.0, -1.0, 1.0, -1.0]), C=1.0, fit_intercept=False).name == "logistic"
+    assert bench.classifier("svm", X, y, C=1.0, fit_intercept=False, penalty="l1", loss="squared_hinge").name == "svm_l1"
 
 
 def test_time_to_reads_the_first_crossing():
@@ -89,3 +101,25 @@ def test_the_docs_results_page_gets_this_suites_table(tmp_path):
     assert '`make bench QUICK=1 ARGS="--repeats 7"`, measured **2026-11-28 16:00 UTC**' in text
     assert "| w8a lasso | 11.2 ms | peer_snapml 36.1 ms | 0.31 | 1.30x |" in text
     assert text.index("### The quick suite") < text.index("### The full suite")
+
+
+def test_only_runs_the_problems_it_names(tiny_lasso, monkeypatch, tmp_path, capsys):
+    """--only TEXT: the problems whose label contains TEXT, and the docs' page left as it is."""
+    built = []
+
+    def builder(label):
+        def build():
+            built.append(label)
+            return tiny_lasso, False
+        return build
+
+    monkeypatch.setattr(bench, "problems", lambda quick: [(name, builder(name)) for name in
+                                                          ("tiny lasso", "tiny logistic l1", "other")])
+    monkeypatch.setattr(bench, "PEERS", {"peer_sklearn": bench.PEERS["peer_sklearn"]})
+    monkeypatch.setattr(bench, "compile_kernels", lambda *a, **k: 0.0)
+    monkeypatch.setattr(bench, "read_bandwidth", lambda: 5.0)
+    monkeypatch.setattr(bench, "write_results_page", lambda *a, **k: pytest.fail("the docs' page was written"))
+    bench.main(["--quick", "--no-tracking", "--max-time", "2", "--out", str(tmp_path), "--only", "logistic l1",
+                "--only", "w8a[20000] logistic"])
+    assert built == ["tiny logistic l1"]
+    assert "tiny logistic l1" in capsys.readouterr().out

@@ -46,12 +46,17 @@ EXERCISED = {
     ".venv/bin/python -m benchmarks.distbelief_model_parallel --in-process --arms large_k1,large_k2,large_k4,"
     "small_k1,small_k2,small_k4": "tests/benchmarks/test_distbelief_model_parallel_bench.py::"
                                   "test_in_process_times_every_partitions_work_without_a_cluster",
+    '.venv/bin/python -m benchmarks.peers --quick --no-docs --no-tracking --only "logistic l1" '
+    '--only "squared hinge l1" --only "w8a[20000] logistic"':
+        "tests/benchmarks/test_peers_bench.py::test_only_runs_the_problems_it_names",
     ".venv/bin/python -m benchmarks.distbelief_model_parallel":
         "tests/benchmarks/test_distbelief_model_parallel_bench.py::"
         "test_the_bench_runs_the_arms_and_reports_steps_against_one_partition",
     'make experiment ARGS="tracking=none progress=false"': TINY_RUN,
     'make experiment ARGS="+experiment.arms.importance.selection=importance"': TINY_RUN,
     'make experiment ARGS="+experiment.arms.sk={name:peer_sklearn}"': TINY_RUN,
+    'make experiment ARGS="experiment=single model=logistic model.penalty=l1 model.C=0.05 '
+    '+experiment.arms.liblinear={name:peer_sklearn}"': TINY_RUN,
     "make reproduce": "tests/pipelines/test_reproduce.py::test_every_claim_is_measured_and_linked_to_its_run",
     'make reproduce ARGS="experiment.reproduce.only=[diana]"':
         "tests/pipelines/test_reproduce.py::test_only_runs_some_and_unknown_names_fail_before_any_run",

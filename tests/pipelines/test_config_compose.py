@@ -10,6 +10,7 @@ from hydra.errors import ConfigCompositionException, MissingConfigException
 
 from pipelines.config import register_configs
 from solvers.glm.models import MODELS
+from solvers.glm.models.sides import OPTION_ENTRIES
 from pipelines.experiment import plan_experiment
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
@@ -31,7 +32,9 @@ def options():
 
 def test_every_group_has_its_options(hydra_conf):
     found = {g: set(hydra_conf.get_group_options(g)) for g in GROUPS}
-    assert found["model"] == set(MODELS) | {"mlp"}  # every registered GLM, and DistBelief's MLP
+    # every registered GLM a user names (a classifier's primal entries through model.penalty / model.dual),
+    # and DistBelief's MLP
+    assert found["model"] == (set(MODELS) - OPTION_ENTRIES) | {"mlp"}
     assert {"synthetic_dense", "synthetic_dense_4gb", "synthetic_rows", "synthetic_sparse", "libsvm", "sklearn", "sphere",
             "npy", "zarr", "criteo", "synthetic_criteo", "synthetic_criteo_8gb"} == found["data"]
     assert {"duhl", "duhl_gap", "duhl_random", "duhl_sequential", "duhl_importance", "cocoa", "diana"} <= found["solver"]
@@ -189,5 +192,30 @@ def test_diana_preset_plans_compressors_by_method(hydra_conf):
     (["experiment=cocoa", "+experiment.arms.bad={name: diana, method: gd}"], "share a progress metric|intercept"),
 ])
 def test_distributed_arm_settings_fail_before_data(hydra_conf, overrides, message):
+    with pytest.raises(ValueError, match=message):
+        plan_experiment(compose("config", overrides=overrides))
+
+
+@pytest.mark.parametrize("overrides", [["model=logistic", "model.penalty=l1"],
+                                       ["model=logistic", "model.penalty=elasticnet", "model.l1_ratio=0.3"],
+                                       ["model=logistic", "model.dual=false"], ["model=logistic", "model.dual=true"],
+                                       ["model=svm", "model.penalty=l1", "model.loss=squared_hinge"]])
+def test_a_classifiers_penalty_and_side_compose_and_plan(hydra_conf, overrides):
+    plan = plan_experiment(compose("config", overrides=overrides))
+    assert plan.model["name"] in ("logistic", "svm")  # the family: its entry is chosen on the data's shape
+    assert {k: str(v).lower() for k, v in plan.model.items() if f"model.{k}" in " ".join(overrides)} == {
+        o.split("=")[0][len("model."):]: o.split("=")[1] for o in overrides if o.startswith("model.")}
+
+
+@pytest.mark.parametrize("overrides,message", [
+    (["model=logistic", "model.penalty=l3"], "'penalty' parameter of model 'logistic' must be one of"),
+    (["model=logistic", "model.dual=maybe"], "'dual' parameter of model 'logistic'"),
+    (["model=svm", "model.penalty=l1"], "penalty='l1' and loss='hinge' is not supported"),  # scikit-learn's
+    (["model=logistic", "model.penalty=l1", "model.dual=true"], "not supported when dual=True"),
+    (["experiment=diana", "model.penalty=l1"], "'penalty' parameter of model 'logistic' must be 'l2' with DIANA"),
+    (["experiment=cocoa_svm", "model=logistic", "model.penalty=l1"], "feature-partitioned CoCoA\\+ is not"),
+    (["experiment=cocoa_svm", "model.loss=squared_hinge", "model.dual=false"], "dual=False needs the primal"),
+])
+def test_a_classifiers_bad_options_fail_before_data(hydra_conf, overrides, message):
     with pytest.raises(ValueError, match=message):
         plan_experiment(compose("config", overrides=overrides))

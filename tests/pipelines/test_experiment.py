@@ -303,3 +303,27 @@ def test_a_peer_arm_stopped_at_max_time_keeps_its_points_and_says_so(experiment)
     assert trace["round"].iloc[0] == 0 and len(trace) >= 2 and trace["time_s"].sum() <= 2
     history = MlflowClient(experiment.uri).get_metric_history(run.info.run_id, "rel_gap")
     assert 2 <= len(history) <= len(trace) and min(h.value for h in history) == pytest.approx(trace["rel_gap"].min())
+
+
+def test_an_l1_logistic_regression_runs_in_the_primal_beside_a_peer(experiment, capsys):
+    """model=logistic model.penalty=l1: the primal entry (tagged, printed, in the arms' params),
+    DuHL and liblinear's L1 solver both at the target on the objective re-scored by our code."""
+    experiment(*TINY, "model=logistic", "model.penalty=l1", "model.C=0.5", "model.fit_intercept=false",
+               "experiment=single", "+experiment.arms.duhl-gap={selection:gap}",
+               "+experiment.arms.liblinear={name:peer_sklearn}", "experiment.main_arm=duhl-gap")
+    out = capsys.readouterr().out
+    assert "model: logistic_l1 (dual='auto' chose the primal formulation: penalty='l1'" in out
+    parent, arms = family(experiment.uri)
+    assert parent.data.tags["model_entry"] == "logistic_l1" and "primal" in parent.data.tags["formulation"]
+    assert parent.data.params["model.penalty"] == "l1"
+    for name in ("duhl-gap", "liblinear"):
+        assert arms[name].data.params["model.name"] == "logistic_l1", name
+        assert arms[name].data.metrics["reached_target"] == 1, name
+
+
+def test_a_tall_l2_logistic_regression_takes_the_primal(experiment, capsys):
+    experiment(*TINY, "model=logistic", "model.fit_intercept=false", "experiment=single")
+    assert "model: logistic_l2 (dual='auto' chose the primal formulation: n_samples=120 >= n_features=40)" in \
+        capsys.readouterr().out
+    _, arms = family(experiment.uri)
+    assert arms["duhl-gap"].data.metrics["reached_target"] == 1

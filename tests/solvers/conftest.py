@@ -45,10 +45,16 @@ def case_factory():
 
 
 def make_estimator(model, params, **kwargs):
+    """The estimator of a glm_oracles model. Its classifiers are the registry's dual entries ("svm",
+    "logistic": samples as coordinates), so they are fitted with dual=True unless a test says
+    otherwise: dual="auto" takes the primal on the tall test data. dual=False solves the same
+    objective in the primal (the entries "svm_l2", "logistic_l2")."""
     from solvers import ElasticNet, Lasso, LinearSVC, LogisticRegression, Ridge
 
     cls = {"lasso": Lasso, "enet": ElasticNet, "ridge": Ridge, "hinge": LinearSVC,
            "sqhinge": LinearSVC, "logistic": LogisticRegression}[model]
+    if model in go.CLASSIFICATION:
+        kwargs.setdefault("dual", True)
     return cls(**params, **kwargs)
 
 

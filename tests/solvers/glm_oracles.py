@@ -366,3 +366,111 @@ def oracle(model, X, y, params, fit_intercept=True, scaling=1.0):
     if model in REGRESSION:
         return regression_oracle(model, X, y, params, center=fit_intercept)
     return classification_oracle(model, X, y, params, scaling if fit_intercept else None)
+
+
+# ------------------------------------------------------- classifiers in the primal ---
+# LogisticRegression(penalty=..., dual=False) and LinearSVC(penalty=..., loss="squared_hinge",
+# dual=False): C sum_k loss(y_k <x_k, w>) + penalty(w), the intercept (when fitted) a feature of
+# value intercept_scaling penalised as the others (liblinear's convention), written out here.
+PRIMAL = {  # oracle name: (registry entry, loss, l1 share of the penalty)
+    "logistic_l1": ("logistic_l1", "logistic", 1.0),
+    "logistic_l2": ("logistic_l2", "logistic", 0.0),
+    "logistic_enet": ("logistic_elasticnet", "logistic", 0.4),
+    "sqhinge_l1": ("svm_l1", "squared_hinge", 1.0),
+    "sqhinge_l2": ("svm_l2", "squared_hinge", 0.0),
+}
+PRIMAL_C = {"logistic": 0.3, "squared_hinge": 0.1}
+
+
+def primal_params(name):
+    """The registry entry's parameters of a primal oracle model (C; l1_ratio for the elastic net)."""
+    entry, loss, l1 = PRIMAL[name]
+    params = dict(C=PRIMAL_C[loss])
+    if entry == "logistic_elasticnet":
+        params["l1_ratio"] = l1
+    return params
+
+
+def primal_objective(name, X, y, w, C, scaling=1.0):
+    """The user's objective of the augmented weights w (the intercept's weight last, when
+    ``scaling`` is not None)."""
+    _, loss, l1 = PRIMAL[name]
+    m = signs(y) * (augmented(X, scaling) @ np.asarray(w, np.float64))
+    data = C * (np.logaddexp(0.0, -m).sum() if loss == "logistic" else (np.maximum(0.0, 1.0 - m) ** 2).sum())
+    return data + l1 * np.abs(w).sum() + 0.5 * (1.0 - l1) * w @ w
+
+
+def primal_dual_value(name, X, y, w, C, scaling=1.0):
+    """The dual objective D(u) = -f*(u) - sum_j g*(-(A^T u)_j) at the dual point the margins of w
+    give (u_k = C loss'(m_k), the signed data A), rescaled into the L1 penalty's feasible set
+    (t = min(1, 1 / max |A^T u|)) for a pure L1 penalty: a lower bound of the optimum, from w
+    alone, independent of the solvers' certificates."""
+    _, loss, l1 = PRIMAL[name]
+    A = augmented(X, scaling) * signs(y)[:, None]
+    m = A @ np.asarray(w, np.float64)
+    u = -C * expit(-m) if loss == "logistic" else -2.0 * C * np.maximum(0.0, 1.0 - m)
+    s = A.T @ u
+    l2 = 1.0 - l1
+    if l2 == 0.0:
+        u = u * min(1.0, l1 / np.abs(s).max())
+        g_conj = 0.0
+    else:
+        g_conj = (np.maximum(0.0, np.abs(s) - l1) ** 2).sum() / (2.0 * l2)
+    if loss == "logistic":
+        p = -u / C
+        f_conj = C * (xlogy(p, p) + xlogy(1.0 - p, 1.0 - p)).sum()
+    else:
+        f_conj = (u + u * u / (4.0 * C)).sum()
+    return -f_conj - g_conj
+
+
+def _split_lbfgs(name, X, y, C, scaling, w0):
+    """L-BFGS-B on w = p - q (p, q >= 0): the L1 penalty becomes linear and the objective smooth
+    (both losses are C^1), so it converges tightly."""
+    _, loss, l1 = PRIMAL[name]
+    A = augmented(X, scaling) * signs(y)[:, None]
+    d = A.shape[1]
+
+    def fun(pq):
+        w = pq[:d] - pq[d:]
+        m = A @ w
+        if loss == "logistic":
+            f, gm = C * np.logaddexp(0.0, -m).sum(), -C * expit(-m)
+        else:
+            h = np.maximum(0.0, 1.0 - m)
+            f, gm = C * h @ h, -2.0 * C * h
+        gw = A.T @ gm + (1.0 - l1) * w
+        f += l1 * pq.sum() + 0.5 * (1.0 - l1) * w @ w
+        return f, np.concatenate([gw + l1, -gw + l1])
+
+    start = np.concatenate([np.maximum(w0, 0.0), np.maximum(-w0, 0.0)])
+    res = minimize(fun, start, jac=True, method="L-BFGS-B", bounds=[(0.0, None)] * (2 * d),
+                   options=dict(maxiter=100_000, maxfun=200_000, ftol=1e-16, gtol=1e-14, maxcor=50))
+    return res.x[:d] - res.x[d:]
+
+
+def primal_oracle(name, X, y, scaling=1.0):
+    """The optimum of a primal classifier: scikit-learn at tol 1e-14 (saga for the logistic
+    penalties, liblinear's primal solvers for the squared hinge; the intercept as a feature, so it
+    is penalised as ours), refined by L-BFGS-B on the split variables, the best of them kept; and
+    its certificate: the dual value at its own dual point (:func:`primal_dual_value`)."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.svm import LinearSVC
+
+    _, loss, l1 = PRIMAL[name]
+    C = PRIMAL_C[loss]
+    Xa = augmented(X, scaling)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if loss == "logistic":
+            est = LogisticRegression(C=C, l1_ratio=l1, solver="saga", tol=1e-14, max_iter=200_000,
+                                     fit_intercept=False, random_state=0).fit(Xa, y)
+        else:
+            est = LinearSVC(C=C, penalty="l1" if l1 == 1.0 else "l2", dual=False, tol=1e-14, max_iter=200_000,
+                            fit_intercept=False, random_state=0).fit(Xa, y)
+    sk = est.coef_.ravel().astype(np.float64)
+    candidates = [sk, _split_lbfgs(name, X, y, C, scaling, sk)]
+    Ps = [primal_objective(name, X, y, w, C, scaling) for w in candidates]
+    k = int(np.argmin(Ps))
+    w = candidates[k]
+    return dict(w=w, P=Ps[k], P_sklearn=Ps[0], D=primal_dual_value(name, X, y, w, C, scaling), C=C)

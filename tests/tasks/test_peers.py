@@ -254,3 +254,37 @@ def test_each_point_reaches_the_callback_while_the_peers_fits_still_run():
     assert [r for r, _ in seen] == list(range(len(seen))) and len(seen) == len(result.trace) >= 3
     assert all(alive for r, alive in seen[1:])
     assert not children()  # and reaped at the end
+
+
+PRIMAL = {"logistic_l1": (1.0, "logistic"), "logistic_elasticnet": (0.5, "logistic"), "logistic_l2": (0.0, "logistic"),
+          "svm_l1": (1.0, "squared_hinge"), "svm_l2": (0.0, "squared_hinge")}
+PRIMAL_PEERS = ["peer_sklearn", "peer_sklearn_saga", "peer_sklearn_newton", "peer_sklearn_lbfgs", "peer_celer",
+                "peer_snapml", pytest.param("peer_skglm", marks=pytest.mark.slow)]
+
+
+def primal_objective(model, w):
+    """scikit-learn's objective of a classifier in the primal, written from its documentation."""
+    l1, loss = PRIMAL[model]
+    m = YC * (X @ w)
+    data = np.logaddexp(0, -m).sum() if loss == "logistic" else (np.maximum(0, 1 - m) ** 2).sum()
+    return 0.5 * data + l1 * np.abs(w).sum() + 0.5 * (1 - l1) * w @ w
+
+
+@pytest.mark.parametrize("model", list(PRIMAL))
+@pytest.mark.parametrize("name", PRIMAL_PEERS)
+def test_each_peer_solves_the_classifiers_primal_objective(name, model):
+    """Each peer's arm for a classifier in the primal (its C, alpha or regularizer translated from
+    ours) reaches the optimum DuHL certifies, its point re-scored by our code as the formula here."""
+    from solvers.duhl import DuHL
+
+    kw = {"l1_ratio": 0.5} if model == "logistic_elasticnet" else {}
+    p = make_problem(model, X, YC, C=0.5, fit_intercept=False, **kw)
+    best = DuHL(tol=1e-12, random_state=0).solve(p)
+    fits = _fits(name, p)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        w = np.asarray(min(fits, key=lambda f: f[0])[1](), dtype=float).ravel()
+    assert w.shape == (D,)
+    primal, _, gap = evaluate(p, w)
+    assert primal == pytest.approx(primal_objective(model, w), rel=1e-9)
+    assert gap >= -1e-12 and primal == pytest.approx(best.primal, rel=1e-5)

@@ -49,3 +49,30 @@ def test_a_continuous_target_is_split_and_said_so():
     assert "continuous" in describe_labels("svm", y) and "median" in describe_labels("svm", y)
     assert describe_labels("svm", np.array([0.0, 1.0, 1.0])) is None
     assert describe_labels("lasso", y) is None
+
+
+def test_resolve_model_picks_a_classifiers_side_once():
+    """A Hydra model config with a classifier's options resolves to its entry on the data's shape;
+    ``dual_for`` (arms that need the dual) makes dual='auto' take the dual, saying why; a resolved
+    config (no options left) resolves to itself; a config without options is its own entry."""
+    from tasks.problems import resolve_model
+
+    cfg = {"name": "logistic", "C": 1.0, "fit_intercept": False, "intercept_scaling": 1.0, "penalty": "l2",
+           "l1_ratio": 0.5, "dual": "auto"}
+    tall, note = resolve_model(cfg, 100, 10)
+    assert tall == {"name": "logistic_l2", "C": 1.0, "fit_intercept": False, "intercept_scaling": 1.0}
+    assert note == "dual='auto' chose the primal formulation: n_samples=100 >= n_features=10"
+    assert resolve_model(tall, 100, 10) == (tall, None)
+    wide, _ = resolve_model(cfg, 10, 100)
+    assert wide["name"] == "logistic" and resolve_model(wide, 100, 10) == (wide, None)  # no flip on re-resolving
+    forced, note = resolve_model(cfg, 100, 10, dual_for="CoCoA+ arms")
+    assert forced["name"] == "logistic" and note == "dual='auto' chose the dual formulation: CoCoA+ arms"
+    l1, note = resolve_model({**cfg, "penalty": "l1"}, 100, 10, dual_for="CoCoA+ arms")  # no dual: the primal
+    assert l1["name"] == "logistic_l1" and "only the primal" in note
+    enet, _ = resolve_model({**cfg, "penalty": "elasticnet", "l1_ratio": 0.3}, 10, 100)
+    assert enet == {"name": "logistic_elasticnet", "C": 1.0, "fit_intercept": False, "intercept_scaling": 1.0,
+                    "l1_ratio": 0.3}
+    svm, _ = resolve_model({"name": "svm", "C": 2.0, "loss": "squared_hinge", "penalty": "l1", "dual": "auto",
+                            "fit_intercept": True, "intercept_scaling": 1.0}, 10, 100)
+    assert svm["name"] == "svm_l1" and svm["C"] == 2.0
+    assert resolve_model({"name": "lasso", "alpha": 0.1}, 10, 100) == ({"name": "lasso", "alpha": 0.1}, None)

@@ -38,10 +38,12 @@ GRAM_BYTES_SHARE = 1.0  # G (8 n^2 bytes) at most this share of the data's bytes
 
 
 def gram_fits(problem):
-    """Whether covariance updates apply: the Lasso family (coordinates: features) in RAM, G
+    """Whether covariance updates apply: the Lasso family (coordinates: features, the quadratic data
+    term) in RAM, G
     (8 n^2 bytes) at most the data's bytes."""
     n = problem.n_coords
-    return not problem.dual_form and not problem.on_disk and 8 * n * n <= GRAM_BYTES_SHARE * int(problem.coord_bytes.sum())
+    return (not problem.dual_form and not problem.loss and not problem.on_disk
+            and 8 * n * n <= GRAM_BYTES_SHARE * int(problem.coord_bytes.sum()))
 
 
 def gram_cost(problem):

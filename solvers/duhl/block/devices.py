@@ -90,10 +90,10 @@ class CPUDevice:
         return x
 
     def epoch_dense(self, data, coords, order, st, p):
-        return cpu.scd_epoch_dense(data, coords, order, *st, p.mu, p.sqnorm, p.c, p.theta)
+        return cpu.epoch_kernels(p.theta)[0](data, coords, order, *st, p.mu, p.sqnorm, p.c, p.theta)
 
     def epoch_sparse(self, buf, coords, order, st, p):
-        return cpu.scd_epoch_sparse(*buf, coords, order, *st, p.mu, p.sqnorm, p.c, p.theta)
+        return cpu.epoch_kernels(p.theta)[1](*buf, coords, order, *st, p.mu, p.sqnorm, p.c, p.theta)
 
     def gaps_dense(self, data, rows, coords, st, p):
         """(gaps, s) of coords (data rows ``rows``) at st, as device arrays (see to_host)."""
@@ -303,14 +303,49 @@ class CUDADevice(CPUDevice):
         return True
 
     def epoch_dense(self, data, coords, order, st, p):
+        if p.loss:
+            return self._newton_pass(self.k.tpa_newton_dense, (data,), coords, order, st, p)
         self._launch(self.k.tpa_scd_dense, self.epoch_grid(order.shape[0]), data, coords,
                      self._put(order), *st, self.mu, self.sqnorm, p.c, p.theta)
         return order.shape[0]
 
     def epoch_sparse(self, buf, coords, order, st, p):
+        if p.loss:
+            return self._newton_pass(self.k.tpa_newton_sparse, tuple(buf), coords, order, st, p)
         self._launch(self.k.tpa_scd_sparse, self.epoch_grid(order.shape[0]), *buf, coords,
                      self._put(order), *st, self.mu, self.sqnorm, p.c, p.theta)
         return order.shape[0]
+
+    def _newton_pass(self, kernel, data, coords, order, st, p):
+        """A loss model's Newton pass (solvers.kernels.cuda): the coordinates' steps on the data
+        term's second-order model in TPA-SCD's blocks, then the line search on the pass's step as
+        solvers.kernels.cpu's (its sums on the device, the step chosen here)."""
+        from solvers.kernels.cpu import ARMIJO, LINE_STEPS
+
+        a, z, off = st
+        xp, n, m = self.xp, order.shape[0], z.shape[0]
+        per = lambda count: -(-count // self.k.TPB)  # noqa: E731 (thread blocks of a thread per item)
+        u0, h, dm, a0 = xp.empty(m), xp.empty(m), xp.empty(m), xp.empty(n)
+        order_dev = self._put(order)
+        self._launch(self.k.newton_setup, per(m), z, u0, h, dm, p.theta)
+        self._launch(kernel, self.epoch_grid(n), *data, coords, order_dev, a, a0, z, h, dm, p.theta)
+        slope = float(xp.dot(u0, dm))
+        g_out, f_out = xp.empty(n), xp.empty(m)
+        lam, taken = 1.0, 0.0
+        for trial in range(LINE_STEPS):
+            self._launch(self.k.g_changes, per(n), coords, order_dev, a, a0, lam, p.theta, g_out)
+            dg = float(xp.sum(g_out))
+            if trial == 0:
+                predicted = slope + dg
+            self._launch(self.k.loss_changes, per(m), off, u0, dm, lam, p.theta, f_out)
+            if float(xp.sum(f_out)) + dg <= ARMIJO * lam * predicted:
+                taken = lam
+                break
+            lam *= 0.5
+        if taken != 1.0:
+            self._launch(self.k.newton_commit, per(n), coords, order_dev, a, a0, taken)
+        self._launch(self.k.margins_commit, per(m), off, z, u0, dm, taken, p.theta)
+        return n
 
     def gaps_dense(self, data, rows, coords, st, p):
         out, s = self.xp.empty(rows.shape[0]), self.xp.empty(rows.shape[0])

@@ -33,8 +33,8 @@ ROW = np.dtype([("time", np.float64), ("updates", np.float64), ("primal", np.flo
 
 class Form(NamedTuple):
     """The problem as the kernels see it: coordinate means ``mu`` and squared norms ``sqnorm``,
-    f's ``c`` and ``b``, the model's ``theta``; ``tight``: the Lasso's rescaled certificate with
-    its ``l1``; ``carry_dual``: the best dual value of earlier states certifies later ones (the
+    f's ``c`` and ``b`` (a loss model's: 1 and the labels, unused), the model's ``theta``; ``tight``:
+    the rescaled certificate of a pure L1 penalty with its ``l1``; ``carry_dual``: the best dual value of earlier states certifies later ones (the
     coordinates are the model's coefficients)."""
     mu: np.ndarray
     sqnorm: np.ndarray
@@ -48,9 +48,9 @@ class Form(NamedTuple):
 
 def form_of(problem):
     """The kernels' :class:`Form` of a :class:`solvers.glm.problems.Problem`."""
-    from solvers.glm.certificates import tight_lasso
+    from solvers.glm.certificates import tight_l1
 
-    tight = bool(tight_lasso(problem.theta))
+    tight = bool(tight_l1(problem.theta))
     return Form(problem.mu, problem.sqnorm, float(problem.c), problem.b, problem.theta, tight,
                 float(problem.theta.l1) if tight else 0.0, not problem.dual_form)
 

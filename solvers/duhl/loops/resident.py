@@ -41,7 +41,7 @@ from solvers.duhl.gaps.memory import proven
 from solvers.duhl.gaps.schedule import next_pass
 from solvers.duhl.loops import driver
 from solvers.duhl.loops.driver import BUILD_GRAM, CONVERGED, MAX_UPDATES, SLICE_END, write_row
-from solvers.glm.certificates import form_certificate, residual_stats
+from solvers.glm.certificates import certificate, rescaled_fy_gap
 from solvers.glm.models import coord_gap, shrink_cut
 from solvers.kernels import cpu
 from solvers.kernels.cache import compiled
@@ -250,13 +250,12 @@ def _working_gap(D, work, a, z, off, form, gaps, s, G, dots):
         lin += a[work[k]] * s[k]
     if not tight:
         return total
-    q, ub = residual_stats(z, c * off[0], form.b)
     t = 1.0 if s_max <= l1 else l1 / s_max
     l1_norm = 0.0
     for k in range(n):
         l1_norm += l1 * abs(a[work[k]])
     # sum over W of l1|a_i| + t a_i s_i, plus the Fenchel-Young gap of f at t u
-    return min(total, l1_norm + t * lin + (1.0 - t) * (1.0 - t) * q / (2.0 * c))
+    return min(total, l1_norm + t * lin + rescaled_fy_gap(theta, z, off, c, form.b, t))
 
 
 @compiled
@@ -306,9 +305,8 @@ def run_resident_slice(D, a, z, off, form, cfg, st, buf, history, iterates, acce
             for i in range(n):
                 gap_sum += gaps[i]
                 s_max = max(s_max, abs(s[i]))
-            q, ub = residual_stats(z, c * off[0], form.b)
-            primal, dual, gap, st.dual_best = form_certificate(
-                q, ub, c, cpu.sum_g(a, theta), gap_sum, s_max, form.l1, form.tight,
+            primal, dual, gap, st.dual_best = certificate(
+                theta, z, off, c, form.b, cpu.sum_g(a, theta), gap_sum, s_max, form.l1, form.tight,
                 st.dual_best if form.carry_dual else -np.inf)
             loaded = st.rounds > 0  # the data is loaded (once, logically) for the first round
             write_row(history, st.rows, iterates, st.kept, a, st.updates, primal, dual, gap, st.rounds,

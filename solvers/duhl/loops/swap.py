@@ -40,7 +40,7 @@ from solvers.duhl.gaps.schedule import rounds_left
 from solvers.duhl.loops import driver
 from solvers.duhl.loops.driver import BUILD_GRAM, CONVERGED, MAX_UPDATES, SLICE_END, pairwise_sum, write_row
 from solvers.duhl.loops.rounds import MAX_PASSES_PER_ROUND, refresh_first, round_epochs
-from solvers.glm.certificates import form_certificate, residual_stats
+from solvers.glm.certificates import certificate
 from solvers.glm.models import coord_gap, shrink_cut
 from solvers.kernels import cpu
 from solvers.kernels.cache import compiled
@@ -268,10 +268,9 @@ def _state_row(a, z, off, form, gaps, s, st):
     s_max = 0.0
     for i in range(gaps.shape[0]):
         s_max = max(s_max, abs(s[i]))
-    q, ub = residual_stats(z, form.c * off[0], form.b)
-    primal, dual, gap, st.dual_best = form_certificate(q, ub, form.c, cpu.sum_g(a, form.theta), pairwise_sum(gaps),
-                                                       s_max if form.tight else 0.0, form.l1, form.tight,
-                                                       st.dual_best if form.carry_dual else -np.inf)
+    primal, dual, gap, st.dual_best = certificate(form.theta, z, off, form.c, form.b, cpu.sum_g(a, form.theta),
+                                                  pairwise_sum(gaps), s_max if form.tight else 0.0, form.l1,
+                                                  form.tight, st.dual_best if form.carry_dual else -np.inf)
     return primal, dual, gap
 
 

@@ -6,7 +6,9 @@ Every model is put in the DuHL paper's primal-dual form
     gap_i = a_i <A_i, u> + g_i(a_i) + g_i*(-<A_i, u>)  >= 0
 
 with a quadratic data term f(v) = c/2 ||v - b||^2 (b centred and the mean of v
-removed when an unpenalised intercept is fitted). A model's entry says how:
+removed when an unpenalised intercept is fitted), or for the classifiers solved in the
+primal a separable loss of the margins f(v) = C sum_k loss(v_k) (:class:`Loss`). A model's
+entry says how:
 
 ==============  ====================  =========================  ===============================
 model           estimator             coordinates (columns of A)  g_i(a)
@@ -17,21 +19,32 @@ ridge           Ridge                 features, a = coef_         alpha a^2
 svm             LinearSVC             samples, a = dual vars      -a on [0, C] (hinge);
                                                                   -a + a^2/(4C), a >= 0 (squared)
 logistic        LogisticRegression    samples, a = dual vars      a log a + (C-a) log(C-a) - C log C
+logistic_l1     LogisticRegression    features, a = coef_         |a| on |a| <= P(0) (logistic loss)
+logistic_       LogisticRegression    features, a = coef_         l1_ratio |a| + (1-l1_ratio)/2 a^2
+elasticnet
+logistic_l2     LogisticRegression    features, a = coef_         a^2 / 2 (logistic loss)
+svm_l1          LinearSVC             features, a = coef_         |a| on |a| <= P(0) (squared hinge)
+svm_l2          LinearSVC             features, a = coef_         a^2 / 2 (squared hinge)
 ==============  ====================  =========================  ===============================
+
+Which entry a ``LogisticRegression(penalty=..., dual=...)`` or ``LinearSVC`` solves is
+:mod:`solvers.glm.models.sides`' choice (scikit-learn's ``dual="auto"``).
 
 The kernels see a model only through ``theta``, a NamedTuple of its kernel
 parameters (named: ``theta.l1``, ``theta.C``), and four scalar functions that
 dispatch on theta's type: :func:`g_value`, :func:`g_conj`, :func:`coord_gap`,
 :func:`coord_update` (and :func:`shrink_cut`, a constant: how the all-resident
 working set leaves out small gaps; :func:`zero_interval`: where a gap is exactly 0).
-In Python they look the entry up; under Numba (CPU and
+A model with a non-quadratic data term adds the scalar functions of its
+:class:`Loss` (:func:`loss_value`, :func:`loss_grad`, :func:`loss_curvature`,
+:func:`loss_change`, :func:`loss_conj`, :func:`loss_change_bound`, :func:`loss_grad_step`). In Python they look the entry up; under Numba (CPU and
 CUDA) an ``overload`` resolves them at compile time, so each kernel is
 specialised to one model with its math inlined. A theta of no registered
 model raises (in Python and at compile time).
 
 One module per family holds its kernel parameters (a NamedTuple), its math
 and its ``Model`` entries: ``elastic_net`` (Lasso, ElasticNet, Ridge), ``svm``,
-``logistic``. Adding a model with a separable regulariser is one such module
+``logistic`` (both in the dual), ``primal`` (logistic and squared hinge in the primal). Adding a model with a separable regulariser is one such module
 (or one entry in an existing one), listed in ``FAMILIES`` below, and one
 ``conf/model/<name>.yaml`` (docs/user-guide/extending.md, "Adding a model").
 """
@@ -44,13 +57,14 @@ from typing import Dict
 from numba.core.errors import TypingError
 from numba.extending import overload
 
-from solvers.glm.models import elastic_net, logistic, svm
-from solvers.glm.models.base import Math, Model, sigmoid, softplus  # noqa: F401 (the package's names)
+from solvers.glm.models import elastic_net, logistic, primal, svm
+from solvers.glm.models.base import Loss, Math, Model, sigmoid, softplus  # noqa: F401 (the package's names)
 from solvers.glm.models.elastic_net import ElasticNetTheta  # noqa: F401
 from solvers.glm.models.logistic import LogisticTheta  # noqa: F401
+from solvers.glm.models.primal import LogisticPrimalTheta, SquaredHingePrimalTheta  # noqa: F401
 from solvers.glm.models.svm import SVMTheta  # noqa: F401
 
-FAMILIES = (elastic_net, svm, logistic)
+FAMILIES = (elastic_net, svm, logistic, primal)
 MODELS: Dict[str, Model] = {m.name: m for family in FAMILIES for m in family.MODELS}
 _MATH: Dict[type, Math] = {m.math.Theta: m.math for m in MODELS.values()}
 
@@ -108,6 +122,53 @@ def zero_interval(theta, a):
     return (math.inf, -math.inf) if fn is None else fn(theta, a)
 
 
+def has_loss(theta) -> bool:
+    """Whether the model's data term is a loss of the margins (not the quadratic one)."""
+    return math_of(theta).loss is not None
+
+
+def _loss_of(theta):
+    loss = math_of(theta).loss
+    if loss is None:
+        raise TypeError(f"the model of {type(theta).__name__} has the quadratic data term, no Loss")
+    return loss
+
+
+def loss_value(theta, m):
+    """loss_k(m), the data term of one sample of margin m."""
+    return _loss_of(theta).value(theta, m)
+
+
+def loss_grad(theta, m):
+    """u = loss_k'(m)."""
+    return _loss_of(theta).grad(theta, m)
+
+
+def loss_curvature(theta, u):
+    """loss_k''(m) from u = loss_k'(m)."""
+    return _loss_of(theta).curvature(theta, u)
+
+
+def loss_change(theta, m, u, d):
+    """loss_k(m + d) - loss_k(m), u = loss_k'(m)."""
+    return _loss_of(theta).change(theta, m, u, d)
+
+
+def loss_conj(theta, u):
+    """loss_k*(u)."""
+    return _loss_of(theta).conj(theta, u)
+
+
+def loss_change_bound(theta, m, u, d):
+    """(an upper bound of loss_k(m + d) - loss_k(m), a value loss_grad_step reuses)."""
+    return _loss_of(theta).change_bound(theta, m, u, d)
+
+
+def loss_grad_step(theta, m, u, d, aux):
+    """loss_k'(m) at m = m0 + d, from u = loss_k'(m0) and loss_change_bound's value."""
+    return _loss_of(theta).grad_step(theta, m, u, d, aux)
+
+
 def _math_for_numba(theta):
     try:
         return math_of(theta)
@@ -147,3 +208,51 @@ def _zero_interval(theta, a):
     if fn is None:
         return lambda theta, a: (math.inf, -math.inf)
     return fn
+
+
+def _loss_for_numba(theta):
+    try:
+        return _loss_of(theta)
+    except TypeError as error:
+        raise TypingError(str(error)) from None
+
+
+@overload(has_loss)
+def _has_loss(theta):
+    flag = _math_for_numba(theta).loss is not None
+    return lambda theta: flag
+
+
+@overload(loss_value)
+def _loss_value(theta, m):
+    return _loss_for_numba(theta).value
+
+
+@overload(loss_grad)
+def _loss_grad(theta, m):
+    return _loss_for_numba(theta).grad
+
+
+@overload(loss_curvature)
+def _loss_curvature(theta, u):
+    return _loss_for_numba(theta).curvature
+
+
+@overload(loss_change)
+def _loss_change(theta, m, u, d):
+    return _loss_for_numba(theta).change
+
+
+@overload(loss_conj)
+def _loss_conj(theta, u):
+    return _loss_for_numba(theta).conj
+
+
+@overload(loss_change_bound)
+def _loss_change_bound(theta, m, u, d):
+    return _loss_for_numba(theta).change_bound
+
+
+@overload(loss_grad_step)
+def _loss_grad_step(theta, m, u, d, aux):
+    return _loss_for_numba(theta).grad_step

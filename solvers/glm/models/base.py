@@ -35,6 +35,33 @@ def xlogx(x):
 
 
 @dataclass(frozen=True)
+class Loss:
+    """A non-quadratic data term f(v) = sum_k loss_k(v_k), as scalar functions of a sample's
+    margin m_k = v_k (the data is stored signed, y_k x_k, so v = A^T a is the margins) and of
+    u_k = loss_k'(m_k) (the state z of the kernels holds u = grad f(v); the margins travel
+    beside it, after ``off[0]``):
+
+    - ``value(theta, m)``: loss_k(m); ``grad(theta, m)``: u = loss_k'(m);
+    - ``curvature(theta, u)``: loss_k''(m) from u (a generalized second derivative where
+      loss_k is not twice differentiable: the squared hinge's 2C on the margin's wrong side);
+    - ``change(theta, m, u, d)``: loss_k(m + d) - loss_k(m), exactly (the line search's test);
+    - ``conj(theta, u)``: loss_k*(u) (the dual value of a rescaled dual point t u);
+    - ``change_bound(theta, m, u, d)``: (an upper bound of ``change``, a value ``grad_step`` reuses):
+      what the line search tries first, without the exact change's costlier terms;
+    - ``grad_step(theta, m + d, u, d, aux)``: u at the margin m + d, from the value ``change_bound``
+      gave (the logistic's new sigmoid from exp(-d), no exp of its own).
+    """
+
+    value: Callable
+    grad: Callable
+    curvature: Callable
+    change: Callable
+    conj: Callable
+    change_bound: Callable
+    grad_step: Callable
+
+
+@dataclass(frozen=True)
 class Math:
     """A separable g with its conjugate, coordinate gap and exact coordinate update,
     all scalar functions of (theta, ...) compiled by Numba for CPU and CUDA.
@@ -47,7 +74,12 @@ class Math:
 
     ``zero_interval(theta, a)`` (optional): the interval (lo, hi) of s on which the
     coordinate gap at ``a`` is exactly 0 (lo > hi: none), the compiled scalar twin of
-    ``Model.zero_gap``: what lets a gap pass prove a gap 0 without the coordinate's data."""
+    ``Model.zero_gap``: what lets a gap pass prove a gap 0 without the coordinate's data.
+
+    ``loss`` (optional): a non-quadratic data term (:class:`Loss`); ``update`` is then the
+    exact minimiser of the data term's second-order model along the coordinate (s the
+    gradient's, L the curvature's share), which the kernels' Newton pass follows with a
+    line search."""
 
     Theta: type
     g: Callable
@@ -56,6 +88,7 @@ class Math:
     update: Callable
     shrink_cut: float = 0.0
     zero_interval: Optional[Callable] = None
+    loss: Optional[Loss] = None  # None: the quadratic data term f(v) = c/2 ||v - b||^2
 
 
 @dataclass(frozen=True)
@@ -72,6 +105,10 @@ class Model:
     ``zero_gap(theta, a)``: per coordinate, the interval (lo, hi) of s_i on which the
     coordinate gap at a_i is exactly 0 (empty, lo > hi, where no such interval is
     known): what lets DuHL's gap memory prove a gap without the coordinate's data.
+    ``dual``: a classifier solved in the primal (features as coordinates) says False.
+    ``options``: the keys a user sets to choose among a family's entries (LogisticRegression's
+    ``penalty`` and ``dual``), with their defaults: :mod:`solvers.glm.models.sides` resolves them
+    to an entry; make_problem takes an entry's own ``params`` only.
     """
 
     name: str
@@ -84,6 +121,13 @@ class Model:
     dual_from_margin: Optional[Callable[[Any, Any], Any]] = None
     zero_gap: Optional[Callable[[Any, Any], Any]] = None
     doc: str = field(default="", compare=False)
+    dual: Optional[bool] = None  # coordinates = samples (solved in the dual); None: as ``classifier``
+    options: Mapping[str, Any] = field(default_factory=dict)  # what picks an entry of the family (penalty, dual)
+
+    @property
+    def dual_form(self) -> bool:
+        """Whether the coordinates are samples (the dual side), else features (the primal)."""
+        return self.classifier if self.dual is None else bool(self.dual)
 
 
 # the named parameters every classifier shares (its intercept as a penalised feature, as liblinear)

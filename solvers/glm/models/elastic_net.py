@@ -80,7 +80,7 @@ def _ridge_theta(p, P0):
     return ElasticNetTheta(0.0, 2.0 * float(p["alpha"]), math.inf)
 
 
-def _zero_gap(theta, a):
+def enet_zero_gap(theta, a):
     """At a_i = 0 the gap is g*(-s_i) = 0 for |s_i| <= l1; elsewhere a point at most."""
     at_zero = a == 0.0
     if theta.l1 <= 0.0:
@@ -90,9 +90,9 @@ def _zero_gap(theta, a):
 
 MODELS = [
     Model("lasso", "Lasso", False, ENET, {"alpha": 1.0, "fit_intercept": True}, _lasso_theta,
-          curvature=lambda n: 1.0 / n, zero_gap=_zero_gap, doc="(1/2n) ||y - Xw||^2 + alpha ||w||_1"),
+          curvature=lambda n: 1.0 / n, zero_gap=enet_zero_gap, doc="(1/2n) ||y - Xw||^2 + alpha ||w||_1"),
     Model("elastic_net", "ElasticNet", False, ENET, {"alpha": 1.0, "l1_ratio": 0.5, "fit_intercept": True},
-          _enet_theta, curvature=lambda n: 1.0 / n, zero_gap=_zero_gap,
+          _enet_theta, curvature=lambda n: 1.0 / n, zero_gap=enet_zero_gap,
           doc="(1/2n) ||y - Xw||^2 + alpha l1_ratio ||w||_1 + alpha (1 - l1_ratio)/2 ||w||^2"),
     Model("ridge", "Ridge", False, ENET, {"alpha": 1.0, "fit_intercept": True}, _ridge_theta,
           curvature=lambda n: 2.0, doc="||y - Xw||^2 + alpha ||w||^2"),

@@ -150,5 +150,6 @@ def _dual_from_margin(theta, m):
 MODELS = [
     Model("logistic", "LogisticRegression", True, LOGISTIC, dict(CLASSIFIER_PARAMS),
           lambda p, P0: LogisticTheta(float(p["C"])), dual_from_margin=_dual_from_margin,
+          options={"penalty": "l2", "l1_ratio": 0.5, "dual": "auto"},
           doc="1/2 ||w||^2 + C sum log(1 + exp(-y x^T w)), in the dual"),
 ]

@@ -82,6 +82,6 @@ def _zero_gap(theta, a):
 MODELS = [
     Model("svm", "LinearSVC", True, SVM, {**CLASSIFIER_PARAMS, "loss": "hinge"},
           lambda p, P0: SVMTheta(float(p["C"]), float(p["loss"] == "squared_hinge")),
-          dual_from_margin=_dual_from_margin, zero_gap=_zero_gap,
+          dual_from_margin=_dual_from_margin, zero_gap=_zero_gap, options={"penalty": "l2", "dual": "auto"},
           doc="1/2 ||w||^2 + C sum hinge or squared hinge, in the dual"),
 ]

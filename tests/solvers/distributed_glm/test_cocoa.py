@@ -151,3 +151,9 @@ def test_compression_and_sigma_validation():
         CoCoA(sigma="big")
     with pytest.raises(ValueError, match="'local_epochs' parameter of CoCoA must be 'auto' or an int >= 1"):
         CoCoA(local_epochs=0)
+
+
+def test_a_classifier_in_the_primal_is_refused_with_the_way_out(svm_data):
+    X, y = svm_data
+    with pytest.raises(ValueError, match="logistic_l1 .* not supported: solve it with DuHL"):
+        CoCoA(n_parts=2).solve(make_problem("logistic_l1", X, y, C=0.1))

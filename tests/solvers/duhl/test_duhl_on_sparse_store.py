@@ -120,3 +120,18 @@ def test_estimators_fit_a_store_with_a_host_budget(tmp_path):
     assert lasso.intercept_ == pytest.approx(sk.intercept_, abs=1e-5 * abs(sk.intercept_) + 1e-8)
     np.testing.assert_allclose(lasso.predict(store), sk.predict(X), rtol=1e-5, atol=1e-6)
     assert (lasso.history_.bytes_disk > 0).any()
+
+
+def test_a_classifier_from_a_store_takes_the_dual_or_says_the_primal_is_not_supported(tmp_path):
+    """dual='auto' on a (tall) CSR store takes the dual, which its rows serve; a penalty with only
+    the primal side stops with one line that names what to do."""
+    from solvers.duhl import LogisticRegression
+
+    X, y = data(binary=False, seed=5, n=3000, d=200)
+    labels = np.where(y > np.median(y), 1, -1)
+    store = write_sparse_store(tmp_path, X, layout="csr")
+    fitted = LogisticRegression(C=0.1, fit_intercept=False, tol=1e-6, host_budget=0.5, random_state=0).fit(
+        store, labels)
+    assert any("the dual formulation: the data on disk is sample-major" in n for n in fitted.history_.attrs["notes"])
+    with pytest.raises(ValueError, match="penalty='l1' solves the primal .* not supported from a sparse store"):
+        LogisticRegression(penalty="l1", fit_intercept=False, host_budget=0.5).fit(store, labels)

@@ -81,7 +81,7 @@ def test_unsupported_data_on_disk_is_one_line_error_naming_the_parameter(tmp_pat
         (Lasso(host_budget=0.25), c_order, y, r"The 'X' parameter of Lasso on disk must be a Fortran-order \.npy: "
                                               r"it reads features .* Got a C-order file .*C\.npy instead: write it "
                                               r"once in Fortran order \(np\.lib\.format\.open_memmap"),
-        (LinearSVC(host_budget=0.25, fit_intercept=False), f_order, y > 0,
+        (LinearSVC(host_budget=0.25, fit_intercept=False, dual=True), f_order, y > 0,
          r"The 'X' parameter of LinearSVC on disk must be a C-order \.npy: it reads samples"),
         (LinearSVC(host_budget=0.25), str(tmp_path / "C.npy"), y > 0,
          r"The 'fit_intercept' parameter of LinearSVC must be False with the data on disk"),

@@ -332,9 +332,16 @@ def test_multiclass_one_vs_rest(estimator_factory, model):
         assert (est.predict_proba(X).argmax(1) == scores.argmax(1)).all()
 
 
-@pytest.mark.parametrize("layout", ["C", "F", "csr", "csc", "coo", "f32"])
-@pytest.mark.parametrize("model", go.MODELS)
-def test_user_data_is_not_modified(estimator_factory, model, layout):
+LAYOUTS = ["C", "F", "csr", "csc", "coo", "f32"]
+
+
+@pytest.mark.parametrize("model, side, layout", [(m, {}, layout) for m in go.MODELS for layout in LAYOUTS]
+                         + [("logistic", dict(dual=False), layout) for layout in LAYOUTS[:-1]],
+                         ids=[f"{m}-{layout}" for m in go.MODELS for layout in LAYOUTS]
+                         + [f"logistic-primal-{layout}" for layout in LAYOUTS[:-1]])
+def test_user_data_is_not_modified(estimator_factory, model, side, layout):
+    """Every model, and one classifier in the primal, whose problem copies X another way (features
+    signed by the labels, the intercept one more column; float32 takes the C layout's path)."""
     X, y = go.make_data(go.kind_of(model), layout in ("csr", "csc", "coo"), np.float64, seed=3)
     X = {"C": np.ascontiguousarray, "F": np.asfortranarray, "f32": lambda a: a.astype(np.float32),
          "csr": sp.csr_matrix, "csc": sp.csc_matrix, "coo": sp.coo_matrix}[layout](X)
@@ -344,9 +351,11 @@ def test_user_data_is_not_modified(estimator_factory, model, layout):
         before = (X.copy(order="K"),)
     y_before = y.copy()
     est = estimator_factory(model, go.params_for(model, X, y), memory_budget=0.3,
-                            random_state=0, max_iter=50)
+                            random_state=0, max_iter=50, **side)
     est.fit(X, y)
     est.predict(X)
+    if side:
+        assert "dual=False: the primal formulation" in est.history_.attrs["notes"]
     if sp.issparse(X):
         assert X.format == before[0].format
         np.testing.assert_array_equal(X.toarray(), before[1])

@@ -74,30 +74,40 @@ def test_one_class_only(cls):
         make_problem("svm" if cls is LinearSVC else "logistic", X, np.full(30, 7.0))
 
 
-@pytest.mark.parametrize("cls", ALL, ids=ids)
-def test_memory_budget(cls):
+# (estimator, side options, one coordinate's bytes on _data's 30 x 4: a feature column of 30 float64 (the
+# Lasso family; a classifier in the primal, whose intercept is one more such column) or a sample row of
+# 4 features and the intercept (a classifier in the dual))
+BUDGET_CASES = [(cls, {}, 30 * 8) for cls in (Lasso, ElasticNet, Ridge)] + [
+    (LinearSVC, {}, 30 * 8), (LogisticRegression, {}, 30 * 8),  # dual="auto": 30 samples >= 4 features
+    (LinearSVC, dict(dual=True), 5 * 8), (LogisticRegression, dict(dual=True), 5 * 8)]
+
+
+@pytest.mark.parametrize("cls, side, one", BUDGET_CASES,
+                         ids=[f"{c.__name__}{'-dual' if s else ''}" for c, s, _ in BUDGET_CASES])
+def test_memory_budget(cls, side, one):
     X, y = _data(cls)
     BUDGET_MSG = rf"The 'memory_budget' parameter of {cls.__name__}"  # the class the user called
     for bad in (-3, 0, 0.0, 1.5, "abc", "12 parsecs", "-1GB", True, [0.5]):
         with pytest.raises(ValueError, match=BUDGET_MSG + r".*Got " + repr_re(bad)):
-            cls(memory_budget=bad).fit(X, y)
+            cls(memory_budget=bad, **side).fit(X, y)
     # at least the data: holds everything, as None does (cross-validation folds are
     # smaller than the data a size was chosen for), and says so
-    big = cls(memory_budget="1TB", random_state=0).fit(X, y)
-    whole = cls(memory_budget=None, random_state=0).fit(X, y)
+    big = cls(memory_budget="1TB", random_state=0, **side).fit(X, y)
+    whole = cls(memory_budget=None, random_state=0, **side).fit(X, y)
     np.testing.assert_array_equal(big.coef_, whole.coef_)
     assert any("holds all" in note for note in big.history_.attrs["notes"])
-    # below one coordinate's data: a feature column (30 x 8 bytes) or a sample row
-    # (4 features + the intercept column, 8 bytes each)
-    one = 30 * 8 if cls in (Lasso, ElasticNet, Ridge) else 5 * 8
+    if cls in (LinearSVC, LogisticRegression):  # the side whose coordinates the budget counts
+        formulation = "dual" if side else "primal"
+        assert any(f"the {formulation} formulation" in note for note in big.history_.attrs["notes"])
+    # below one coordinate's data
     for small in ("8B", 1e-6):
         with pytest.raises(ValueError, match=BUDGET_MSG + rf".*below one coordinate's data "
                                                           rf"\({one} bytes\)"):
-            cls(memory_budget=small).fit(X, y)
+            cls(memory_budget=small, **side).fit(X, y)
     # the edges that are valid
-    cls(memory_budget=f"{one}B", max_iter=2).fit(X, y)
-    cls(memory_budget="0.5KiB", max_iter=2).fit(X, y)
-    cls(memory_budget=1.0, max_iter=2).fit(X, y)
+    cls(memory_budget=f"{one}B", max_iter=2, **side).fit(X, y)
+    cls(memory_budget="0.5KiB", max_iter=2, **side).fit(X, y)
+    cls(memory_budget=1.0, max_iter=2, **side).fit(X, y)
 
 
 def repr_re(value):

@@ -215,18 +215,36 @@ def test_compiled_kernels_run_the_current_scalar_math(name):
 
 def test_every_registered_model_has_an_entry_a_schema_and_a_config_file():
     """One entry per model: its named parameters (with the checks' rules), its
-    estimator, and a conf/model/<name>.yaml; the theta type dispatches to its math."""
+    estimator, and a conf/model/<name>.yaml; the theta type dispatches to its math. A
+    classifier solved in the dual scores a peer's w by its dual_from_margin; one solved in the
+    primal (features as coordinates) has a loss of the margins as its data term instead, and no
+    config of its own: its family's config reaches it through the options (penalty, dual)."""
     from pathlib import Path
 
     from solvers.glm.checks import RULES
+    from solvers.glm.models.sides import OPTION_ENTRIES, SIDES, resolve
 
     conf = Path(__file__).resolve().parents[3] / "conf" / "model"
+    primal_classifiers = set()
     for name, model in models.MODELS.items():
-        assert (conf / f"{name}.yaml").exists(), name
         assert set(model.params) <= set(RULES), (name, set(model.params) - set(RULES))
         theta = model.theta({**model.params}, 1.0)
         assert models.math_of(theta) is model.math
-        assert model.classifier == (model.dual_from_margin is not None)
+        if model.classifier and not model.dual_form:
+            primal_classifiers.add(name)
+            assert model.math.loss is not None and model.dual_from_margin is None, name
+            assert name in OPTION_ENTRIES and not (conf / f"{name}.yaml").exists(), name
+            (family, loss, penalty), = [key for key, sides in SIDES.items() if sides.get(False) == name]
+            assert (conf / f"{family}.yaml").exists(), (name, family)
+            options = dict(penalty=penalty, dual=False, **({"loss": loss} if family == "svm" else {}),
+                           **({"l1_ratio": 0.5} if penalty == "elasticnet" else {}))
+            assert resolve(family, options, 10, 3)[0] == name
+        else:
+            assert (conf / f"{name}.yaml").exists(), name
+            assert model.math.loss is None, name
+            assert model.classifier == (model.dual_from_margin is not None), name
+    # the issue's five: logistic with an L1, elastic-net or L2 penalty, the squared hinge with L1 or L2
+    assert primal_classifiers == {"logistic_l1", "logistic_elasticnet", "logistic_l2", "svm_l1", "svm_l2"}
 
 
 def test_an_unknown_model_raises_in_python_and_in_compiled_code():

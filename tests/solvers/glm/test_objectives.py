@@ -19,11 +19,16 @@ SELECTIONS = ["gap", "random", "sequential", "importance"]
 @pytest.mark.parametrize("model", go.MODELS)
 def test_objective_matches_oracle(case_factory, estimator_factory, model, sparse, dtype,
                                   memory_budget, selection):
+    """The classifiers here are solved in the dual (the estimator factory's dual=True); their primal
+    side is the next test's."""
     case = case_factory(model, sparse, dtype)
     est = estimator_factory(model, case.params, tol=TOL, max_iter=100_000, random_state=0,
                             memory_budget=memory_budget, selection=selection)
     est.fit(case.X, case.y)
+    _check_fit(case, est, model, dtype)
 
+
+def _check_fit(case, est, model, dtype):
     P = go.primal(model, case.X, case.y, est.coef_, est.intercept_, case.params)
     P_opt, D_opt = case.oracle["P"], case.oracle["D"]
     rtol = 1e-6 if dtype == np.float64 else 1e-4
@@ -38,8 +43,55 @@ def test_objective_matches_oracle(case_factory, estimator_factory, model, sparse
     if dtype == np.float64:   # coef_ not rounded to float32: P - gap is the solver's dual
         assert P - gap <= P_opt + 1e-12 * case.P0
     assert est.coef_.dtype == dtype
+    if model in go.CLASSIFICATION:
+        assert est.intercept_.dtype == dtype
     n_iter = est.n_iter_
     assert isinstance(n_iter, int) and 1 <= n_iter <= 100_000
+
+
+# the L2 classifiers whose objective has a primal entry too (LinearSVC's squared hinge: svm_l2;
+# LogisticRegression: logistic_l2), features as coordinates
+PRIMAL_SIDE = ("sqhinge", "logistic")
+
+
+@pytest.mark.parametrize("selection", SELECTIONS)
+@pytest.mark.parametrize("memory_budget", BUDGETS, ids=lambda b: f"budget={b}")
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
+@pytest.mark.parametrize("model", PRIMAL_SIDE)
+def test_primal_side_matches_oracle(case_factory, estimator_factory, model, sparse, memory_budget, selection):
+    """dual=False: the same objectives and checks, solved in the primal, float64 (float32 in the
+    next test). The intercept is a feature there, a column with one entry per sample: on the sparse
+    data it is more than a tenth of all the data, so memory_budget=0.1 is refused, naming that
+    column's bytes, and the smallest budget that holds it (a block of one coordinate) solves."""
+    case = case_factory(model, sparse, np.float64)
+    kw = dict(tol=TOL, max_iter=100_000, random_state=0, selection=selection, dual=False)
+    if sparse and memory_budget == 0.1:
+        n = case.X.shape[0]
+        column = n * (8 + 4)  # float64 values and int32 indices
+        data = (case.X.nnz + n) * (8 + 4)
+        assert 0.1 * data < column
+        owner = "LinearSVC" if model == "sqhinge" else "LogisticRegression"
+        with pytest.raises(ValueError, match=rf"The 'memory_budget' parameter of {owner} \(0.1 = "
+                                             rf"{int(0.1 * data)} bytes\) is below one coordinate's data "
+                                             rf"\({column} bytes\)"):
+            estimator_factory(model, case.params, memory_budget=0.1, **kw).fit(case.X, case.y)
+        memory_budget = f"{column}B"
+    est = estimator_factory(model, case.params, memory_budget=memory_budget, **kw).fit(case.X, case.y)
+    assert "dual=False: the primal formulation" in est.history_.attrs["notes"]
+    if memory_budget not in (None, 1.0):
+        assert 1 <= est.history_.n_resident.max() < case.X.shape[1] + 1  # a block, not all the features
+    _check_fit(case, est, model, np.float64)
+
+
+def test_primal_side_float32(case_factory, estimator_factory):
+    """float32 data in the primal (one case: the data's dtype reaches the Newton passes the same way
+    for either loss, dense or sparse, with or without a budget): coef_ and intercept_ keep it, and
+    the optimum holds to float32's precision."""
+    case = case_factory("logistic", False, np.float32)
+    est = estimator_factory("logistic", case.params, tol=TOL, max_iter=100_000, random_state=0,
+                            dual=False).fit(case.X, case.y)
+    assert "dual=False: the primal formulation" in est.history_.attrs["notes"]
+    _check_fit(case, est, "logistic", np.float32)
 
 
 @pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])

@@ -28,7 +28,9 @@ sys.path.insert(0, str(ROOT))
 def signatures():
     """{kernel name: [(label, signature tuple)]} for every type combination the backend launches:
     each model's theta (its NamedTuple type) with float64 data, and every dtype and index
-    type with one model (the theta changes only the inlined scalar math)."""
+    type with one model (the theta changes only the inlined scalar math). A model whose data term
+    is a loss of the margins (a classifier in the primal) runs the Newton pass's kernels in
+    place of TPA-SCD's (CUDADevice.epoch_dense / epoch_sparse); every model runs the gap kernels."""
     from numba import typeof, types
 
     from solvers.glm.models import MODELS
@@ -39,32 +41,55 @@ def signatures():
     # (a, z, off) float64 state; coords/order/positions int64 (np.flatnonzero, np.arange, row_coord)
     state = (vec(f8), vec(f8), vec(f8))
     ix = vec(i8)
-    thetas = {}
+    thetas, losses = {}, set()
     for model in MODELS.values():
         theta = model.theta(dict(model.params), 1.0)
         thetas.setdefault(type(theta).__name__, typeof(theta))
-    first = next(iter(thetas))
+        if model.math.loss is not None:
+            losses.add(type(theta).__name__)
+    first = next(name for name in thetas if name not in losses)
+    first_loss = next(name for name in thetas if name in losses)
     sigs = {name: [] for name in ("tpa_scd_dense", "tpa_scd_sparse", "gaps_dense", "gaps_sparse",
-                                  "gaps_from_dots")}
+                                  "gaps_from_dots", "tpa_newton_dense", "tpa_newton_sparse", "newton_setup",
+                                  "loss_changes", "g_changes", "margins_commit", "newton_commit")}
+    # a Newton pass's state: (a, a0) per coordinate, (z, h, dm) per sample; lam a float
+    newton = (vec(f8), vec(f8), vec(f8), vec(f8), vec(f8))
     for val in (types.float64, types.float32):
         # indices int32 (problems.py narrows them when nnz < 2**31), else int64
         for idx in (types.int32, types.int64):
             for name, theta in thetas.items():
-                if (val, idx) != (types.float64, types.int32) and name != first:
+                if (val, idx) != (types.float64, types.int32) and name not in (first, first_loss):
                     continue
                 csr = (vec(i8), vec(idx), vec(val))  # the resident set's own indptr is int64
                 label = f"{name}, data {val}, indices {idx}"
-                sigs["tpa_scd_sparse"].append((label, (*csr, ix, ix, *state, vec(f8), vec(f8), f8, theta)))
-                sigs["gaps_sparse"].append((label, (*csr, ix, ix, *state, vec(f8), f8, theta, vec(f8), vec(f8))))
+                if name in losses:
+                    sigs["tpa_newton_sparse"].append((label, (*csr, ix, ix, *newton, theta)))
+                else:
+                    sigs["tpa_scd_sparse"].append((label, (*csr, ix, ix, *state, vec(f8), vec(f8), f8, theta)))
+                if (val, idx) == (types.float64, types.int32) or name == first:
+                    sigs["gaps_sparse"].append((label, (*csr, ix, ix, *state, vec(f8), f8, theta, vec(f8),
+                                                        vec(f8))))
                 if idx is types.int32:
                     label = f"{name}, rows {val}"
-                    sigs["tpa_scd_dense"].append((label, (mat(val), ix, ix, *state, vec(f8), vec(f8), f8, theta)))
-                    sigs["gaps_dense"].append((label, (mat(val), ix, ix, *state, vec(f8), f8, theta, vec(f8),
-                                                       vec(f8))))
-                    # gap_kernel="blas": dots = rows @ z in the data's dtype; n (rows of A) int64
-                    sigs["gaps_from_dots"].append(
-                        (f"{name}, dots {val}", (vec(val), ix, ix, vec(f8), vec(f8), vec(f8), f8, i8, theta,
-                                                 vec(f8), vec(f8))))
+                    if name in losses:
+                        sigs["tpa_newton_dense"].append((label, (mat(val), ix, ix, *newton, theta)))
+                    else:
+                        sigs["tpa_scd_dense"].append((label, (mat(val), ix, ix, *state, vec(f8), vec(f8), f8,
+                                                              theta)))
+                    if val is types.float64 or name == first:
+                        sigs["gaps_dense"].append((label, (mat(val), ix, ix, *state, vec(f8), f8, theta, vec(f8),
+                                                           vec(f8))))
+                        # gap_kernel="blas": dots = rows @ z in the data's dtype; n (rows of A) int64
+                        sigs["gaps_from_dots"].append(
+                            (f"{name}, dots {val}", (vec(val), ix, ix, vec(f8), vec(f8), vec(f8), f8, i8, theta,
+                                                     vec(f8), vec(f8))))
+                if (val, idx) == (types.float64, types.int32) and name in losses:  # no data: one per theta
+                    label = f"{name}, samples float64"
+                    sigs["newton_setup"].append((label, (vec(f8), vec(f8), vec(f8), vec(f8), theta)))
+                    sigs["loss_changes"].append((label, (vec(f8), vec(f8), vec(f8), f8, theta, vec(f8))))
+                    sigs["g_changes"].append((label, (ix, ix, vec(f8), vec(f8), f8, theta, vec(f8))))
+                    sigs["margins_commit"].append((label, (vec(f8), vec(f8), vec(f8), vec(f8), f8, theta)))
+    sigs["newton_commit"].append(("no theta, float64", (ix, ix, vec(f8), vec(f8), f8)))
     return sigs
 
 

@@ -1,0 +1,112 @@
+"""Which registry entry solves a classifier: its primal side (features as coordinates) or its
+dual side (samples as coordinates), as scikit-learn's ``dual`` parameter chooses liblinear's
+solver.
+
+``LogisticRegression(penalty, dual)`` and ``LinearSVC(penalty, loss, dual)`` name a family
+(the registry entries "logistic" and "svm", the dual side) and its ``options``; :func:`resolve`
+turns them into one entry and its own parameters:
+
+===========  ==============  ==========  ===================  ====================
+family       loss            penalty     dual=True            dual=False
+===========  ==============  ==========  ===================  ====================
+logistic     logistic        l2          logistic             logistic_l2
+logistic     logistic        l1          (refused)            logistic_l1
+logistic     logistic        elasticnet  (refused)            logistic_elasticnet
+svm          hinge           l2          svm                  (refused)
+svm          squared_hinge   l2          svm                  svm_l2
+svm          squared_hinge   l1          (refused)            svm_l1
+===========  ==============  ==========  ===================  ====================
+
+``dual="auto"`` is scikit-learn's rule (1.3+, LinearSVC): the dual when n_samples < n_features
+and the combination has one, else the primal when it has one, else the dual. With the data on
+disk the file's layout decides instead, where both sides exist: a sample-major (C-order) file
+serves the dual, a feature-major (Fortran-order) one the primal. Refused combinations raise
+scikit-learn's own message.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Optional, Tuple
+
+from solvers.glm.checks import Boolean, Either, Options, check
+
+# (family, loss, penalty) -> {dual: entry}
+SIDES = {
+    ("logistic", "logistic_regression", "l2"): {True: "logistic", False: "logistic_l2"},
+    ("logistic", "logistic_regression", "l1"): {False: "logistic_l1"},
+    ("logistic", "logistic_regression", "elasticnet"): {False: "logistic_elasticnet"},
+    ("svm", "hinge", "l2"): {True: "svm"},
+    ("svm", "squared_hinge", "l2"): {True: "svm", False: "svm_l2"},
+    ("svm", "squared_hinge", "l1"): {False: "svm_l1"},
+}
+PENALTIES = {"logistic": ("l1", "l2", "elasticnet"), "svm": ("l1", "l2")}
+# the entries a user reaches through a family's options only (not named themselves: no config of their own)
+OPTION_ENTRIES = frozenset(entry for sides in SIDES.values() for entry in sides.values()) - set(PENALTIES)
+DUAL_RULE = Either("auto", Boolean())
+
+
+def _unsupported(penalty, loss, dual, detail):
+    return ValueError(f"Unsupported set of arguments: {detail}, Parameters: penalty={penalty!r}, loss={loss!r}, "
+                      f"dual={dual!r}")
+
+
+def entry_for(family: str, penalty: str, loss: str, dual: bool) -> str:
+    """The entry of an explicit side; scikit-learn's ValueError where the combination has none."""
+    sides = SIDES.get((family, loss, penalty))
+    if sides is None:
+        raise _unsupported(penalty, loss, dual,
+                           f"The combination of penalty={penalty!r} and loss={loss!r} is not supported")
+    if dual not in sides:
+        raise _unsupported(penalty, loss, dual, f"The combination of penalty={penalty!r} and loss={loss!r} "
+                                                f"are not supported when dual={dual}")
+    return sides[dual]
+
+
+def choose_dual(family: str, penalty: str, loss: str, n_samples: int, n_features: int,
+                layout: Optional[str] = None) -> Tuple[bool, str]:
+    """dual="auto": (the side, why). ``layout``: "samples" or "features" for data on disk (the
+    side its file serves, where the combination has it), None in RAM."""
+    sides = SIDES.get((family, loss, penalty), {})
+    if len(sides) == 1:
+        dual = next(iter(sides))
+        return dual, (f"penalty={penalty!r} with loss={loss!r} has only the {'dual' if dual else 'primal'} "
+                      "formulation")
+    if layout is not None:
+        dual = layout == "samples"
+        return dual, (f"the data on disk is {'sample' if dual else 'feature'}-major, which the "
+                      f"{'dual' if dual else 'primal'} formulation reads")
+    prefer = n_samples < n_features
+    dual = prefer if prefer in sides else not prefer  # scikit-learn's: the other side if need be
+    return dual, f"n_samples={n_samples} {'<' if prefer else '>='} n_features={n_features}"
+
+
+def resolve(family: str, params: Mapping[str, Any], n_samples: int, n_features: int, owner: Optional[str] = None,
+            layout: Optional[str] = None) -> Tuple[str, dict, str]:
+    """(entry, its parameters, a note saying the side and why) for a family ("logistic" or "svm")
+    and ``params``: the family's parameters and options (``penalty``, ``dual``, ``l1_ratio``). The
+    options are checked here (errors name ``owner``, default the family's estimator)."""
+    from solvers.glm.models import get_model  # (this module is part of the registry package)
+
+    head = get_model(family)
+    owner = owner or head.estimator
+    values = {**head.params, **head.options, **params}
+    penalty = values.pop("penalty")
+    check(owner, "penalty", penalty, Options(PENALTIES[family]))
+    dual = values.pop("dual")
+    check(owner, "dual", dual, DUAL_RULE)
+    l1_ratio = values.pop("l1_ratio", None)
+    # the loss checked before it names a side (an unknown one is its own error, not an unsupported combination)
+    loss = check(owner, "loss", values.pop("loss")) if family == "svm" else "logistic_regression"
+    if isinstance(dual, str):
+        dual, why = choose_dual(family, penalty, loss, n_samples, n_features, layout)
+        note = f"dual='auto' chose the {'dual' if dual else 'primal'} formulation: {why}"
+    else:
+        dual = bool(dual)
+        note = f"dual={dual}: the {'dual' if dual else 'primal'} formulation"
+    entry = entry_for(family, penalty, loss, dual)
+    model = get_model(entry)
+    if "l1_ratio" in model.params:
+        values["l1_ratio"] = l1_ratio
+    if "loss" in model.params:
+        values["loss"] = loss
+    return entry, {k: v for k, v in values.items() if k in model.params}, note
