@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import os
 import re
 import shlex
 import subprocess
@@ -117,11 +118,17 @@ def make_mentions():
     return found
 
 
+def shell_env():
+    """This environment as a user's shell has it: without the variables of a ``make`` that runs these
+    tests (``make test ARGS=...`` would otherwise pass its ARGS to every ``make -n`` here)."""
+    return {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")}
+
+
 @functools.lru_cache(maxsize=None)
 def dry_run(command):
     """The recipe lines ``make -n`` prints for a shown make command (continuations joined)."""
     done = subprocess.run(["make", "-n", *shlex.split(command)[1:], f"VENV={sys.prefix}"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=60, env=shell_env())
     if done.returncode != 0:
         raise AssertionError(f"make -n failed for {command!r}: {done.stderr}")
     return tuple(done.stdout.replace("\\\n", " ").splitlines())

@@ -12,7 +12,7 @@ import sys
 import pytest
 import yaml
 
-from doc_blocks import ROOT
+from doc_blocks import ROOT, shell_env
 
 GROUPS = ("model", "data", "solver", "device", "cluster", "tracking")
 _ROW = re.compile(r"<tr>\s*<td><code>([^<]+)</code></td>\s*<td>(.*?)</td>\s*<td>(.*?)</td>\s*<td>(.*?)</td>", re.S)
@@ -21,7 +21,7 @@ _ROW = re.compile(r"<tr>\s*<td><code>([^<]+)</code></td>\s*<td>(.*?)</td>\s*<td>
 def _recipe(site):
     """The command ``make docs`` runs, with the site written to ``site``."""
     done = subprocess.run(["make", "-n", "docs", f"VENV={sys.prefix}", f"ARGS=--site-dir {site}"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=60, env=shell_env())
     assert done.returncode == 0, done.stderr
     (line,) = [line for line in done.stdout.splitlines() if "mkdocs" in line]
     return line
