@@ -105,6 +105,16 @@ def arm_run_started(db):
         return False
 
 
+def from_a_terminal(command):
+    """``command`` (a Python one) started as a shell in a terminal starts it: SIGINT and SIGTERM at their
+    defaults. A child inherits an ignored signal, and the test runner's process may ignore SIGINT (a full
+    suite run saw the experiment start with SIGINT ignored: SigIgn set, no handler)."""
+    reset = ("import os, signal, sys; [signal.signal(s, signal.SIG_DFL) for s in (signal.SIGINT, signal.SIGTERM)]; "
+             "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])")
+    assert command[0] == sys.executable
+    return [sys.executable, "-c", reset, *command[1:]]
+
+
 def signal_disposition(pid, sig):
     """Whether process ``pid`` ignores, blocks or catches ``sig`` (its /proc status masks)."""
     masks = dict(line.split(":\t") for line in Path(f"/proc/{pid}/status").read_text().splitlines()
@@ -124,14 +134,18 @@ def test_interrupted_experiment_ends_every_run_killed(cli, tmp_path, stop):
                f"hydra.run.dir={tmp_path / 'out'}", f"cache_dir={tmp_path / 'cache'}",
                "experiment=single", "experiment.target_rel_gap=1e-300", "experiment.max_time=60",
                "solver.max_epochs=1e9", "tracking.flush_every_s=0.2"]
-    process = subprocess.Popen(command, cwd=PROJECT_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    ours = signal.getsignal(stop)  # this test process's own (a child inherits an ignored signal)
+    process = subprocess.Popen(from_a_terminal(command), cwd=PROJECT_ROOT, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 120
         while not arm_run_started(cli.db):
             assert process.poll() is None, process.stderr.read().decode()[-3000:]
             assert time.monotonic() < deadline, "no arm run appeared"
             time.sleep(0.5)
-        disposition = signal_disposition(process.pid, stop)  # what the child inherited, should it not stop
+        # the child's disposition as the signal is sent: started as a terminal starts it, an ignored signal
+        # here is the experiment's own doing
+        disposition = f"the experiment's {signal_disposition(process.pid, stop)}; this test process's handler {ours}"
         process.send_signal(stop)
         process.wait(timeout=60)
     except subprocess.TimeoutExpired:

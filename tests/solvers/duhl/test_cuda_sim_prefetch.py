@@ -33,6 +33,14 @@ def cuda_kernels():
     return cuda
 
 
+def on_device(A):
+    """A dense block as the GPU holds it: a device array (a Problem's A is a read-only view, and a host
+    array passed to a kernel is copied back into after the launch)."""
+    from numba import cuda
+
+    return cuda.to_device(A)
+
+
 def _tiny(model, sparse):
     rng = np.random.default_rng(1)
     X = rng.standard_normal((14, 9)) + 0.3
@@ -70,7 +78,7 @@ def test_tpa_epoch_equals_cpu_epoch_in_the_same_order(cuda_kernels, model, spars
                     p.c, p.theta)
             else:
                 cuda_kernels.tpa_scd_dense[n, cuda_kernels.TPB](
-                    p.A, coords, order, a, z, off, p.mu, p.sqnorm, p.c, p.theta)
+                    on_device(p.A), coords, order, a, z, off, p.mu, p.sqnorm, p.c, p.theta)
         results.append((a, z, off))
     (a_cpu, z_cpu, off_cpu), (a_gpu, z_gpu, off_gpu) = results
     assert np.abs(a_cpu).max() > 0  # the epochs did something
@@ -92,7 +100,7 @@ def test_gap_kernel_equals_cpu_gaps(cuda_kernels, sparse):
             p.A.indptr, p.A.indices, p.A.data, rows, rows, a, z, off, p.mu, p.c, p.theta, out, s)
     else:
         cuda_kernels.gaps_dense[p.n_coords, cuda_kernels.TPB](
-            p.A, rows, rows, a, z, off, p.mu, p.c, p.theta, out, s)
+            on_device(p.A), rows, rows, a, z, off, p.mu, p.c, p.theta, out, s)
     # the oracle: the hinge gap formula of the DuHL paper, from w = sum a_i y_i x_i
     margins = np.asarray(p.A @ z).ravel()
     expected = p.params["C"] * np.maximum(0, 1 - margins) - a * (1 - margins)
@@ -172,7 +180,7 @@ def test_a_thread_switch_in_a_shared_allocation_splits_no_block(cuda_kernels, sp
         A = p.A
         out, _ = dev.gaps_sparse((A.indptr, A.indices, A.data), rows, rows, (a, z, off), p)
     else:
-        out, _ = dev.gaps_dense(p.A, rows, rows, (a, z, off), p)
+        out, _ = dev.gaps_dense(on_device(p.A), rows, rows, (a, z, off), p)
     np.testing.assert_allclose(out, expected, rtol=1e-10, atol=1e-12)
 
 
@@ -244,7 +252,7 @@ def test_tpa_epoch_with_fewer_thread_blocks_than_coordinates(cuda_kernels, spars
             (cpu.scd_epoch_sparse if sparse else cpu.scd_epoch_dense)(*csr, *args)
         else:
             (cuda_kernels.tpa_scd_sparse if sparse else cuda_kernels.tpa_scd_dense)[
-                grid, cuda_kernels.TPB](*csr, *args)
+                grid, cuda_kernels.TPB](*(csr if sparse else (on_device(p.A),)), *args)
         states.append((a, z, off))
     (a_cpu, z_cpu, _), (a_gpu, z_gpu, _) = states
     assert np.abs(a_cpu).max() > 0
