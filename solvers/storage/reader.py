@@ -119,6 +119,7 @@ class DiskMatrix:
         self._scratch = memoryview(mmap.mmap(-1, -(-self.max_hole // PAGE) * PAGE)) if self.max_hole else None
         self.bytes_read, self.read_s, self.useful_bytes = 0, 0.0, 0
         self._in_flight, self._busy_since, self._idle_since = 0, 0.0, 0.0  # read_s: the calls' spans' union
+        self._busy_span = (np.inf, -1)  # the file bytes requested since nothing was last in flight
         self._fd, self._lock, self._tls = fd, threading.Lock(), threading.local()
         self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="diskmatrix")
         self._finalizer = weakref.finalize(self, release, self._pool, fd)
@@ -348,6 +349,16 @@ class DiskMatrix:
         # end (as /proc/self/io does: the disk reads whole logical blocks)
         return q.length
 
+    def _drop_busy_span(self):
+        """Drop, once no request is in flight, the pages of every request since the last time:
+        two concurrent requests that share a page can each fail to drop it (the other holds it
+        at that moment), which leaves it cached; nothing of ours holds one now."""
+        lo, hi = self._busy_span
+        self._busy_span = (np.inf, -1)
+        if hi > lo:
+            lo -= lo % PAGE
+            os.posix_fadvise(self._fd, int(lo), int(-(-hi // PAGE) * PAGE - lo), os.POSIX_FADV_DONTNEED)
+
     def _run(self, reqs, stats, t0) -> Future:
         """Run ``reqs`` on up to ``threads`` workers that pull from one queue; the Future
         resolves when the last one finishes."""
@@ -361,6 +372,9 @@ class DiskMatrix:
             if self._in_flight == 0:  # a call started before the last period ended counts from its end
                 self._busy_since = max(t0, self._idle_since)
             self._in_flight += 1
+            if not self.direct:
+                lo, hi = self._busy_span
+                self._busy_span = (min(lo, reqs[0].offset), max(hi, max(q.offset + q.length for q in reqs)))
         queue, lock = iter(reqs), threading.Lock()
         state = {"left": min(self.threads, len(reqs)), "bytes": 0, "error": None}
 
@@ -389,6 +403,8 @@ class DiskMatrix:
                 if self._in_flight == 0:  # overlapping calls (a read-ahead beside a refresh) count once
                     self.read_s += end - self._busy_since
                     self._idle_since = end
+                    if not self.direct:
+                        self._drop_busy_span()
                 self.useful_bytes += stats.useful_bytes if state["error"] is None else 0
             if state["error"] is not None:
                 fut.set_exception(state["error"])

@@ -226,6 +226,7 @@ class SparseReader:
         self.bytes_read, self.useful_bytes, self.read_s, self.requests = 0, 0, 0.0, 0
         self._lock = threading.Lock()
         self._in_flight, self._busy_since, self._idle_since = 0, 0.0, 0.0
+        self._busy_span = (np.inf, -1)  # the entries requested since nothing was last in flight
         self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="sparsereader")
         self._finalizer = weakref.finalize(self, _release, self._pool, list(self._fds))
 
@@ -388,6 +389,15 @@ class SparseReader:
                 os.posix_fadvise(fd, lo, hi - lo, os.POSIX_FADV_DONTNEED)
         return got
 
+    def _drop_busy_span(self):
+        """Drop, once no request is in flight, the pages of every request since the last time (as
+        DiskMatrix does: two concurrent requests sharing a page can each fail to drop it)."""
+        lo, hi = self._busy_span
+        self._busy_span = (np.inf, -1)
+        for fd, size in zip(self._fds, self.itemsizes) if hi > lo else ():
+            a = int(lo) * size - int(lo) * size % PAGE
+            os.posix_fadvise(fd, a, -(-(int(hi) * size) // PAGE) * PAGE - a, os.POSIX_FADV_DONTNEED)
+
     def _run(self, reqs, dests, useful) -> Future:
         """Run ``reqs`` on up to ``threads`` workers pulling from one queue (as DiskMatrix._run)."""
         t0 = time.perf_counter()
@@ -400,6 +410,9 @@ class SparseReader:
             if self._in_flight == 0:
                 self._busy_since = max(t0, self._idle_since)
             self._in_flight += 1
+            if not self.direct:
+                lo, hi = self._busy_span
+                self._busy_span = (min(lo, min(q[0] for q in reqs)), max(hi, max(q[1] for q in reqs)))
         queue, lock = iter(reqs), threading.Lock()
         state = {"left": min(self.threads, len(reqs)), "bytes": 0, "error": None}
 
@@ -427,6 +440,8 @@ class SparseReader:
                 if self._in_flight == 0:
                     self.read_s += end - self._busy_since
                     self._idle_since = end
+                    if not self.direct:
+                        self._drop_busy_span()
                 self.useful_bytes += useful if state["error"] is None else 0
             if state["error"] is not None:
                 fut.set_exception(state["error"])

@@ -157,6 +157,25 @@ def test_bytes_counted_as_the_os_counts_them_and_no_page_left(stores):
     assert all(resident_bytes(f) == 0 for f in files)
 
 
+def test_buffered_reads_leave_no_page_behind(stores):
+    """Buffered (direct=False), four threads, chunks read ahead: requests that share a page run
+    at once, and still mincore finds none of the files' pages in the page cache after."""
+    store, X = stores["valued"]
+    files = [store.path("indices"), store.path("values")]
+    rng = np.random.default_rng(0)
+    buffer = ChunkBuffer(store, 4 * store.block_entries)
+    for _ in range(20):
+        for f in files:
+            drop_cache(f)
+        with SparseReader(store, direct=False, threads=4) as reader:
+            assert not reader.direct, reader
+            for sel in selections(X.shape[0], rng):
+                for _ in reader.chunks(sel, buffer):
+                    pass
+            assert reader.bytes_read > 0
+        assert [resident_bytes(f) for f in files] == [0, 0]
+
+
 @pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="no /dev/shm (tmpfs)")
 def test_buffered_reads_on_tmpfs_drop_their_pages():
     """tmpfs is RAM: read buffered (no O_DIRECT), the same chunks; pickled copies reopen the store."""
