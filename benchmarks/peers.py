@@ -6,8 +6,8 @@
 Per problem (w8a: Lasso on the labels, hinge SVM, L2 logistic, L1 logistic, L1 squared hinge;
 scikit-learn's diabetes (and breast cancer); synthetic dense and sparse Lasso; a dense SVM; tall
 synthetic L1 and L2 logistic regressions, dense and sparse), the classifiers on the side
-scikit-learn's dual="auto" picks (solvers.glm.models.sides: the primal for an L1 penalty or
-n_samples >= n_features),
+dual="auto" picks (solvers.glm.models.sides: the primal for an L1 penalty or n_samples >=
+n_features; an L2 logistic regression's 0.25 arms on the dual, as under a memory budget),
 each solver's time to rel_gap 1e-4 and 1e-6: ours in memory (DuHL with
 memory_budget=None), DuHL at memory_budget 0.25, sequential streaming at 0.25
 (the larger-than-budget setting), and every installed peer that solves the
@@ -57,10 +57,19 @@ def _alpha(X, y, ratio):
     return ratio * float(np.abs(X.T @ (y - y.mean())).max()) / X.shape[0]
 
 
-def classifier(family, X, y, **params):
-    """A classifier's problem on the side dual="auto" picks (solvers.glm.models.sides)."""
-    entry, kwargs, _ = resolve(family, params, *X.shape)
+def classifier(family, X, y, part_resident=False, **params):
+    """A classifier's problem on the side dual="auto" picks (solvers.glm.models.sides), all data
+    resident or (``part_resident``) under a memory budget that holds part of it."""
+    entry, kwargs, _ = resolve(family, params, *X.shape, part_resident=part_resident)
     return make_problem(entry, X, y, **kwargs)
+
+
+def sides(family, X, y, budget_arms, **params):
+    """A builder's answer for a classifier: (the all-resident side's problem, budget_arms, the
+    problem the 0.25 arms solve: the side dual="auto" takes under a budget; None: the same)."""
+    resident = classifier(family, X, y, **params)
+    budgeted = classifier(family, X, y, part_resident=True, **params)
+    return resident, budget_arms, None if budgeted.name == resident.name else budgeted
 
 
 def _w8a(rows):
@@ -71,7 +80,8 @@ def _w8a(rows):
 
 
 def problems(quick):
-    """[(label, builder)]; a builder returns (Problem, budget_arms: bool), or raises FileNotFoundError."""
+    """[(label, builder)]; a builder returns (Problem, budget_arms: bool, the Problem the 0.25 arms
+    solve: a classifier's side under a budget, None: the same), or raises FileNotFoundError."""
     out = []
     w8a_rows = 20000 if quick else None
 
@@ -81,13 +91,13 @@ def problems(quick):
                 raise FileNotFoundError(f"{W8A} not found")
             X, y = _w8a(w8a_rows)
             if model == "lasso":
-                return make_problem("lasso", X, y, alpha=_alpha(X, y, 0.1), fit_intercept=False), False
+                return make_problem("lasso", X, y, alpha=_alpha(X, y, 0.1), fit_intercept=False), False, None
             if model == "svm":
-                return make_problem(model, X, y, C=1.0, fit_intercept=False), False
+                return make_problem(model, X, y, C=1.0, fit_intercept=False), False, None
             family, penalty, loss = {"logistic": ("logistic", "l2", None), "logistic l1": ("logistic", "l1", None),
                                      "squared hinge l1": ("svm", "l1", "squared_hinge")}[model]
             extra = {} if loss is None else {"loss": loss}
-            return classifier(family, X, y, C=1.0, fit_intercept=False, penalty=penalty, **extra), False
+            return sides(family, X, y, False, C=1.0, fit_intercept=False, penalty=penalty, **extra)
         return build
 
     n_w8a = "20000" if quick else "49749"
@@ -99,7 +109,7 @@ def problems(quick):
         from sklearn.datasets import load_diabetes
 
         X, y = load_diabetes(return_X_y=True)
-        return make_problem("lasso", X, y, alpha=_alpha(X, y, 0.01), fit_intercept=False), False
+        return make_problem("lasso", X, y, alpha=_alpha(X, y, 0.01), fit_intercept=False), False, None
     out.append(("diabetes lasso", diabetes))
     if not quick:
         def cancer():
@@ -107,13 +117,13 @@ def problems(quick):
             from sklearn.preprocessing import StandardScaler
 
             X, y = load_breast_cancer(return_X_y=True)
-            return classifier("logistic", StandardScaler().fit_transform(X), y, C=1.0, fit_intercept=False), False
+            return sides("logistic", StandardScaler().fit_transform(X), y, False, C=1.0, fit_intercept=False)
         out.append(("breast_cancer logistic", cancer))
 
     def dense(n, d, k, budget):
         def build():
             X, y, alpha = lasso_problem(n, d, k, 0.05)
-            return make_problem("lasso", X, y, alpha=alpha, fit_intercept=False), budget
+            return make_problem("lasso", X, y, alpha=alpha, fit_intercept=False), budget, None
         return build
 
     def sparse(n, d, density, budget):
@@ -123,13 +133,13 @@ def problems(quick):
             coef = np.zeros(d)
             coef[rng.choice(d, 50, replace=False)] = rng.standard_normal(50)
             y = X @ coef + 0.1 * rng.standard_normal(n)
-            return make_problem("lasso", X, y, alpha=_alpha(X, y, 0.05), fit_intercept=False), budget
+            return make_problem("lasso", X, y, alpha=_alpha(X, y, 0.05), fit_intercept=False), budget, None
         return build
 
     def dense_svm(n, d):
         def build():
             X, y, C = svm_problem(n, d, 0.01)
-            return make_problem("svm", X, y, C=C, fit_intercept=False), True
+            return make_problem("svm", X, y, C=C, fit_intercept=False), True, None
         return build
 
     def tall_logistic(n, d, density, penalty, C, budget):
@@ -146,7 +156,7 @@ def problems(quick):
             coef[rng.choice(d, max(1, d // 10), replace=False)] = rng.standard_normal(max(1, d // 10))
             score = X @ coef
             y = np.where(score + 0.5 * np.std(score) * rng.standard_normal(n) > 0, 1.0, -1.0)
-            return classifier("logistic", X, y, C=C, fit_intercept=False, penalty=penalty), budget
+            return sides("logistic", X, y, budget, C=C, fit_intercept=False, penalty=penalty)
         return build
 
     if quick:
@@ -206,14 +216,16 @@ def run_peer(problem, name, repeats, max_time):
     return peer.warmup_s, [result]
 
 
-def bench_problem(label, problem, budget_arms, args, bandwidth, log):
+def bench_problem(label, problem, budget_arms, args, bandwidth, log, budgeted=None):
+    """``budgeted``: the problem the 0.25 arms solve (a classifier's other side), None: ``problem``."""
     rows, curves = [], {}
     peers = [p for p in PEERS if not (args.quick and p == "peer_daskml_admm")]  # ~10 s a fit
     arms = ["ours (mem)", "duhl 0.25"] + (["sequential 0.25"] if budget_arms else []) + peers
     for arm in arms:
         start = time.perf_counter()
         if arm in OURS:
-            warm, results = run_ours(problem, arm, args.repeats, args.max_time)
+            own = problem if arm == "ours (mem)" or budgeted is None else budgeted
+            warm, results = run_ours(own, arm, args.repeats, args.max_time)
         else:
             reason = missing_reason(arm)
             if reason:
@@ -421,13 +433,15 @@ def main(argv=None):
             if args.only and not any(text in label for text in args.only):
                 continue
             try:
-                problem, budget_arms = build()
+                problem, budget_arms, budgeted = build()
             except FileNotFoundError as error:
                 log(f"\n{label}: skipped ({error})")
                 continue
             log(f"\n{label}: {problem.n_samples} x {problem.n_features} {problem.name}, "
                 f"{'sparse' if problem.sparse else 'dense'}, {problem.coord_bytes.sum() / 1e6:.1f} MB")
-            new, curves = bench_problem(label, problem, budget_arms, args, bandwidth, log)
+            if budgeted is not None:
+                log(f"  the 0.25 arms solve {budgeted.name} (dual='auto' under a memory budget)")
+            new, curves = bench_problem(label, problem, budget_arms, args, bandwidth, log, budgeted)
             rows += new
             curves_by[label] = curves
             plot(label, curves, out_dir / ("".join(c if c.isalnum() else "_" for c in label) + ".png"))

@@ -70,7 +70,7 @@ def main():
             if args.only and args.only not in label:
                 continue
             try:
-                problem, _ = build()
+                problem = build()[0]
             except FileNotFoundError as err:
                 print(f"| {label} | skipped: {err} |")
                 continue

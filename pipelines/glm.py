@@ -26,6 +26,7 @@ from pipelines.config import SolverConfig, check_config, solver_schema
 from pipelines.deploy import arm_on, cluster_and_data
 from pipelines.tracking import (PROJECT_ROOT, SWEEP_PARENT_ENV, RoundSampler, arm_run_name, config_params, flatten, shown_uri,
                                 relative)
+from solvers.duhl.budget import holds_part
 from solvers.glm.models import get_model
 from tasks.arms import is_distributed, make_solver, prepare_on_disk, progress_metric, run_arm, warm_workers, warmup
 from tasks.cluster import validate_cluster_config
@@ -134,7 +135,9 @@ def check_disk_arms(cluster: Any, data: Any, arms: Dict[str, Dict[str, Any]]) ->
 def dual_only(plan: Plan, dataset: Any) -> Optional[str]:
     """Why this run needs a classifier's dual side where both exist (dual="auto" then takes it), or
     None: CoCoA+ and DIANA arms solve classifiers in the dual here; a sparse store on disk serves
-    the dual's CSR rows (the primal reads a dense feature-major X.npy from disk)."""
+    the dual's CSR rows (the primal reads a dense feature-major X.npy from disk); the logistic
+    loss's main arm holding part of the data in its memory budget does better in the dual
+    (solvers.glm.models.sides)."""
     kinds = {s.get("name") for s in plan.arms.values()}
     why = {"cocoa": "CoCoA+ solves classifiers in the dual here (samples as coordinates)",
            "diana": "DIANA's L2 logistic regression is the registry's 'logistic' (it solves it in the primal itself)"}
@@ -143,6 +146,10 @@ def dual_only(plan: Plan, dataset: Any) -> Optional[str]:
         return "; ".join(reasons)
     if dataset.store is not None and any(s.get("host_budget") is not None for s in plan.arms.values()):
         return "the sparse store on disk is read by rows (samples as coordinates)"
+    main = plan.arms[plan.main_arm]
+    if plan.model.get("name") == "logistic" and holds_part(main.get("memory_budget"), dataset.nbytes):
+        return (f"the main arm's memory_budget={main.get('memory_budget')!r} holds part of the data, where the "
+                "logistic loss's dual has the better gap selection")
     return None
 
 

@@ -18,6 +18,12 @@ def parse_budget(memory_budget, total_bytes):
     return int(memory_budget * total_bytes)
 
 
+def holds_part(memory_budget, total_bytes):
+    """Whether ``memory_budget`` holds less than ``total_bytes`` of data (None holds it all)."""
+    budget = parse_budget(memory_budget, total_bytes)
+    return budget is not None and budget < total_bytes
+
+
 def update_budget(max_epochs, n):
     """The coordinate updates ``max_epochs`` epochs of ``n`` coordinates allow, a whole number: a
     product a rounding error short of one (158/600 * 600 = 157.99999999999997) would leave a last

@@ -38,12 +38,14 @@ import warnings
 
 import numpy as np
 import pandas as pd
+import scipy.sparse as sp
 from scipy.special import expit
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
+from solvers.duhl.budget import holds_part
 from solvers.duhl.solver import DuHL
 from solvers.storage.files import read_npy_header
 from solvers.storage.on_disk import OnDisk, linear_scores
@@ -353,9 +355,9 @@ class _Classifier(ClassifierMixin, _DuHLEstimator):
         """The family's options (penalty, dual, ...), checked by solvers.glm.models.sides."""
         return dict(penalty=self.penalty, dual=self.dual)
 
-    def _side(self, n_samples, n_features, layout=None):
+    def _side(self, n_samples, n_features, layout=None, part_resident=False):
         self._chosen = resolve(self._family, {**self._problem_kwargs(), **self._options()}, n_samples, n_features,
-                               owner=type(self).__name__, layout=layout)
+                               owner=type(self).__name__, layout=layout, part_resident=part_resident)
         return self._chosen
 
     def _entry(self):
@@ -371,7 +373,9 @@ class _Classifier(ClassifierMixin, _DuHLEstimator):
         if disk is None:
             X, y = validate_data(self, X, y, accept_sparse=_ACCEPT_SPARSE, order="C",
                                  dtype=[np.float64, np.float32])
-            self._side(*X.shape)
+            check_params(type(self).__name__, memory_budget=self.memory_budget)  # before it picks the side
+            data_bytes = X.data.nbytes + X.indices.nbytes if sp.issparse(X) else X.nbytes
+            self._side(*X.shape, part_resident=holds_part(self.memory_budget, data_bytes))
         elif isinstance(disk, SparseStore):
             y, X = self._check_y(y, disk.shape[0]), disk
         else:

@@ -110,7 +110,7 @@ def test_only_runs_the_problems_it_names(tiny_lasso, monkeypatch, tmp_path, caps
     def builder(label):
         def build():
             built.append(label)
-            return tiny_lasso, False
+            return tiny_lasso, False, None
         return build
 
     monkeypatch.setattr(bench, "problems", lambda quick: [(name, builder(name)) for name in
@@ -123,3 +123,13 @@ def test_only_runs_the_problems_it_names(tiny_lasso, monkeypatch, tmp_path, caps
                 "--only", "w8a[20000] logistic"])
     assert built == ["tiny logistic l1"]
     assert "tiny logistic l1" in capsys.readouterr().out
+
+
+def test_the_budget_arms_of_an_l2_logistic_regression_solve_the_dual():
+    """A tall L2 logistic regression: the all-resident arms on the primal, the 0.25 arms on the
+    dual (dual="auto" under a memory budget); an L1 penalty has one side for both."""
+    rng = np.random.default_rng(0)
+    X, y = rng.standard_normal((60, 5)), np.where(rng.random(60) < 0.5, 1.0, -1.0)
+    resident, budget_arms, budgeted = bench.sides("logistic", X, y, True, C=1.0, fit_intercept=False)
+    assert (resident.name, budget_arms, budgeted.name) == ("logistic_l2", True, "logistic")
+    assert bench.sides("logistic", X, y, False, C=1.0, fit_intercept=False, penalty="l1")[2] is None

@@ -49,6 +49,8 @@ EXERCISED = {
     '.venv/bin/python -m benchmarks.peers --quick --no-docs --no-tracking --only "logistic l1" '
     '--only "squared hinge l1" --only "w8a[20000] logistic"':
         "tests/benchmarks/test_peers_bench.py::test_only_runs_the_problems_it_names",
+    ".venv/bin/python -m benchmarks.classifier_sides --repeats 3":
+        "tests/benchmarks/test_classifier_sides_bench.py::test_every_side_and_budget_reaches_the_target",
     ".venv/bin/python -m benchmarks.distbelief_model_parallel":
         "tests/benchmarks/test_distbelief_model_parallel_bench.py::"
         "test_the_bench_runs_the_arms_and_reports_steps_against_one_partition",

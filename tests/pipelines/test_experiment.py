@@ -322,8 +322,19 @@ def test_an_l1_logistic_regression_runs_in_the_primal_beside_a_peer(experiment, 
 
 
 def test_a_tall_l2_logistic_regression_takes_the_primal(experiment, capsys):
-    experiment(*TINY, "model=logistic", "model.fit_intercept=false", "experiment=single")
+    """All data resident: scikit-learn's rule (the primal for tall data); with the device's
+    memory_budget of a quarter: the dual, saying why."""
+    experiment(*TINY, "model=logistic", "model.fit_intercept=false", "experiment=single", "device.memory_budget=null")
     assert "model: logistic_l2 (dual='auto' chose the primal formulation: n_samples=120 >= n_features=40)" in \
         capsys.readouterr().out
     _, arms = family(experiment.uri)
+    assert arms["duhl-gap"].data.metrics["reached_target"] == 1
+
+
+def test_a_budgeted_l2_logistic_regression_takes_the_dual(experiment, capsys):
+    experiment(*TINY, "model=logistic", "model.fit_intercept=false", "experiment=single", "device.memory_budget=0.25")
+    assert ("model: logistic (dual='auto' chose the dual formulation: the main arm's memory_budget=0.25 holds part "
+            "of the data") in capsys.readouterr().out
+    parent, arms = family(experiment.uri)
+    assert parent.data.tags["model_entry"] == "logistic" and "dual" in parent.data.tags["formulation"]
     assert arms["duhl-gap"].data.metrics["reached_target"] == 1

@@ -20,7 +20,10 @@ svm          squared_hinge   l1          (refused)            svm_l1
 ``dual="auto"`` is scikit-learn's rule (1.3+, LinearSVC): the dual when n_samples < n_features
 and the combination has one, else the primal when it has one, else the dual. With the data on
 disk the file's layout decides instead, where both sides exist: a sample-major (C-order) file
-serves the dual, a feature-major (Fortran-order) one the primal. Refused combinations raise
+serves the dual, a feature-major (Fortran-order) one the primal. The L2 logistic regression
+with a memory budget that holds part of the data takes the dual: there gap selection over the
+samples beat the primal's over the features on every data set measured, tall ones included
+(docs: design decisions, "Which side under a memory budget"). Refused combinations raise
 scikit-learn's own message.
 """
 
@@ -63,9 +66,10 @@ def entry_for(family: str, penalty: str, loss: str, dual: bool) -> str:
 
 
 def choose_dual(family: str, penalty: str, loss: str, n_samples: int, n_features: int,
-                layout: Optional[str] = None) -> Tuple[bool, str]:
+                layout: Optional[str] = None, part_resident: bool = False) -> Tuple[bool, str]:
     """dual="auto": (the side, why). ``layout``: "samples" or "features" for data on disk (the
-    side its file serves, where the combination has it), None in RAM."""
+    side its file serves, where the combination has it), None in RAM. ``part_resident``: the
+    memory budget holds part of the data."""
     sides = SIDES.get((family, loss, penalty), {})
     if len(sides) == 1:
         dual = next(iter(sides))
@@ -75,16 +79,19 @@ def choose_dual(family: str, penalty: str, loss: str, n_samples: int, n_features
         dual = layout == "samples"
         return dual, (f"the data on disk is {'sample' if dual else 'feature'}-major, which the "
                       f"{'dual' if dual else 'primal'} formulation reads")
+    if part_resident and family == "logistic":
+        return True, "memory_budget holds part of the data, where the logistic loss's dual has the better gap selection"
     prefer = n_samples < n_features
     dual = prefer if prefer in sides else not prefer  # scikit-learn's: the other side if need be
     return dual, f"n_samples={n_samples} {'<' if prefer else '>='} n_features={n_features}"
 
 
 def resolve(family: str, params: Mapping[str, Any], n_samples: int, n_features: int, owner: Optional[str] = None,
-            layout: Optional[str] = None) -> Tuple[str, dict, str]:
+            layout: Optional[str] = None, part_resident: bool = False) -> Tuple[str, dict, str]:
     """(entry, its parameters, a note saying the side and why) for a family ("logistic" or "svm")
     and ``params``: the family's parameters and options (``penalty``, ``dual``, ``l1_ratio``). The
-    options are checked here (errors name ``owner``, default the family's estimator)."""
+    options are checked here (errors name ``owner``, default the family's estimator).
+    ``layout`` and ``part_resident``: see :func:`choose_dual`."""
     from solvers.glm.models import get_model  # (this module is part of the registry package)
 
     head = get_model(family)
@@ -98,7 +105,7 @@ def resolve(family: str, params: Mapping[str, Any], n_samples: int, n_features: 
     # the loss checked before it names a side (an unknown one is its own error, not an unsupported combination)
     loss = check(owner, "loss", values.pop("loss")) if family == "svm" else "logistic_regression"
     if isinstance(dual, str):
-        dual, why = choose_dual(family, penalty, loss, n_samples, n_features, layout)
+        dual, why = choose_dual(family, penalty, loss, n_samples, n_features, layout, part_resident)
         note = f"dual='auto' chose the {'dual' if dual else 'primal'} formulation: {why}"
     else:
         dual = bool(dual)

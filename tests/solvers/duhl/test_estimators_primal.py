@@ -60,6 +60,14 @@ def test_logistic_refuses_as_scikit_learn(data):
     (LinearSVC, dict(), (12, 15), "dual"),
     (LinearSVC, dict(loss="hinge"), (100, 15), "dual"),
     (LogisticRegression, dict(dual=True), (100, 15), "dual"),
+    # a memory budget holding part of the data: the logistic loss's dual; all of it: the primal
+    (LogisticRegression, dict(memory_budget=0.5), (100, 15), "dual"),
+    (LogisticRegression, dict(memory_budget="6KB"), (100, 15), "dual"),
+    (LogisticRegression, dict(memory_budget=1.0), (100, 15), "primal"),
+    (LogisticRegression, dict(memory_budget="1GB"), (100, 15), "primal"),
+    (LogisticRegression, dict(memory_budget=0.5, penalty="l1"), (100, 15), "primal"),
+    (LinearSVC, dict(memory_budget=0.5), (100, 15), "primal"),
+    (LogisticRegression, dict(memory_budget=0.5, dual=False), (100, 15), "primal"),
 ])
 def test_auto_picks_the_side_and_says_so(data, cls, kw, shape, side):
     X, y = data

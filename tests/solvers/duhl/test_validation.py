@@ -78,7 +78,8 @@ def test_one_class_only(cls):
 # Lasso family; a classifier in the primal, whose intercept is one more such column) or a sample row of
 # 4 features and the intercept (a classifier in the dual))
 BUDGET_CASES = [(cls, {}, 30 * 8) for cls in (Lasso, ElasticNet, Ridge)] + [
-    (LinearSVC, {}, 30 * 8), (LogisticRegression, {}, 30 * 8),  # dual="auto": 30 samples >= 4 features
+    (LinearSVC, {}, 30 * 8),  # dual="auto": 30 samples >= 4 features
+    (LogisticRegression, {}, 5 * 8),  # the same, but a budget holding part of the data takes the dual
     (LinearSVC, dict(dual=True), 5 * 8), (LogisticRegression, dict(dual=True), 5 * 8)]
 
 
