@@ -374,7 +374,8 @@ class _Classifier(ClassifierMixin, _DuHLEstimator):
             X, y = validate_data(self, X, y, accept_sparse=_ACCEPT_SPARSE, order="C",
                                  dtype=[np.float64, np.float32])
             check_params(type(self).__name__, memory_budget=self.memory_budget)  # before it picks the side
-            data_bytes = X.data.nbytes + X.indices.nbytes if sp.issparse(X) else X.nbytes
+            data_bytes = X.data.nbytes + X.nnz * (X.row if X.format == "coo" else X.indices).itemsize \
+                if sp.issparse(X) else X.nbytes
             self._side(*X.shape, part_resident=holds_part(self.memory_budget, data_bytes))
         elif isinstance(disk, SparseStore):
             y, X = self._check_y(y, disk.shape[0]), disk

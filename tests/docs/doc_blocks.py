@@ -120,8 +120,13 @@ def make_mentions():
 
 def shell_env():
     """This environment as a user's shell has it: without the variables of a ``make`` that runs these
-    tests (``make test ARGS=...`` would otherwise pass its ARGS to every ``make -n`` here)."""
-    return {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")}
+    tests (``make test ARGS=...`` would otherwise pass its ARGS to every ``make -n`` here): its own,
+    and those set on its command line, which make exports and lists in MAKEFLAGS after ``--``."""
+    flags = os.environ.get("MAKEFLAGS", "")
+    assigned = {word.split("=", 1)[0] for word in flags.split(" -- ", 1)[1].split() if "=" in word} \
+        if " -- " in flags else set()
+    drop = {"MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES"} | assigned
+    return {k: v for k, v in os.environ.items() if k not in drop}
 
 
 @functools.lru_cache(maxsize=None)

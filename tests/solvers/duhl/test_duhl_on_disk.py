@@ -55,10 +55,17 @@ def test_on_disk_reaches_scikit_learns_optimum(store, model, fit_intercept):
     assert r.status == "converged"
     sk = sk_cls(tol=1e-14, max_iter=100_000, **params).fit(X, y)
     ref = make_problem(model, X, y, **params)
-    p_sk = ref.certify(sk.coef_, *ref.state_from(sk.coef_))[0]
-    p_ours = ref.certify(r.a, *ref.state_from(r.a))[0]  # scored in memory, by the same code as scikit-learn's
+    p_sk, _, gap_sk = ref.certify(sk.coef_, *ref.state_from(sk.coef_))[:3]
+    p_ours, _, gap_ours = ref.certify(r.a, *ref.state_from(r.a))[:3]  # scored in memory, by the same code
     assert p_ours <= p_sk + 1e-9 * ref.P0
-    np.testing.assert_allclose(r.a, sk.coef_, atol=1e-5)
+    if model == "elastic_net":
+        # mu-strongly convex (mu = alpha (1 - l1_ratio)): a point whose gap is g lies within
+        # sqrt(2 g / mu) of the optimum. The 1e-10 target leaves ~1e-4 there, and where in it a
+        # run ends depends on the refresh rate "auto" measures on the disk
+        mu = alpha * (1 - params["l1_ratio"])
+        assert np.linalg.norm(r.a - sk.coef_) <= np.sqrt(2 * gap_ours / mu) + np.sqrt(2 * gap_sk / mu)
+    else:
+        np.testing.assert_allclose(r.a, sk.coef_, atol=1e-5)
     assert problem.A.bytes_read > 0
 
 
