@@ -146,8 +146,9 @@ def dual_only(plan: Plan, dataset: Any) -> Optional[str]:
         return "; ".join(reasons)
     if dataset.store is not None and any(s.get("host_budget") is not None for s in plan.arms.values()):
         return "the sparse store on disk is read by rows (samples as coordinates)"
-    main = plan.arms[plan.main_arm]
-    if plan.model.get("name") == "logistic" and holds_part(main.get("memory_budget"), dataset.nbytes):
+    main = plan.arms[plan.main_arm]  # a DuHL arm: the one whose memory budget this is
+    if (plan.model.get("name") == "logistic" and main.get("name", "duhl") == "duhl"
+            and holds_part(main.get("memory_budget"), dataset.nbytes)):
         return (f"the main arm's memory_budget={main.get('memory_budget')!r} holds part of the data, where the "
                 "logistic loss's dual has the better gap selection")
     return None
