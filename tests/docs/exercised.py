@@ -49,6 +49,10 @@ EXERCISED = {
     '.venv/bin/python -m benchmarks.peers --quick --no-docs --no-tracking --only "logistic l1" '
     '--only "squared hinge l1" --only "w8a[20000] logistic"':
         "tests/benchmarks/test_peers_bench.py::test_only_runs_the_problems_it_names",
+    ".venv/bin/python -m pipelines.experiment experiment=out_of_core data=synthetic_dense data.n_samples=40000 "
+    "data.n_features=2000 model=logistic model.penalty=l1 model.C=0.05 model.fit_intercept=false "
+    "experiment.baselines=[sequential] ~experiment.arms.random ~experiment.arms.peer_daskml "
+    "~experiment.arms.peer_sklearn experiment.max_time=300 experiment.arms.sequential.max_time=400": TINY_RUN,
     ".venv/bin/python -m benchmarks.classifier_sides --repeats 3":
         "tests/benchmarks/test_classifier_sides_bench.py::test_every_side_and_budget_reaches_the_target",
     ".venv/bin/python -m benchmarks.distbelief_model_parallel":
