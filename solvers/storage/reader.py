@@ -374,7 +374,8 @@ class DiskMatrix:
             self._in_flight += 1
             if not self.direct:
                 lo, hi = self._busy_span
-                self._busy_span = (min(lo, reqs[0].offset), max(hi, max(q.offset + q.length for q in reqs)))
+                last = reqs[-1]  # requests are planned in file order
+                self._busy_span = (min(lo, reqs[0].offset), max(hi, last.offset + last.length))
         queue, lock = iter(reqs), threading.Lock()
         state = {"left": min(self.threads, len(reqs)), "bytes": 0, "error": None}
 

@@ -412,7 +412,7 @@ class SparseReader:
             self._in_flight += 1
             if not self.direct:
                 lo, hi = self._busy_span
-                self._busy_span = (min(lo, min(q[0] for q in reqs)), max(hi, max(q[1] for q in reqs)))
+                self._busy_span = (min(lo, reqs[0][0]), max(hi, reqs[-1][1]))  # planned in file order
         queue, lock = iter(reqs), threading.Lock()
         state = {"left": min(self.threads, len(reqs)), "bytes": 0, "error": None}
 
