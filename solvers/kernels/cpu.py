@@ -263,13 +263,115 @@ HESSIAN_ENTRIES = 16
 HESSIAN_DENSE = 2 * HESSIAN_ENTRIES - 1
 INNER_PASSES = 64      # at most this many inner passes on the model per Newton pass ...
 INNER_SHRINK = 1e-3    # ... until an inner pass's largest step (scaled by sqrt(H_jj)) is this share of the first's
+# Passes that have not converged by then crawl (an ill-conditioned Hessian: w8a's has duplicate
+# features), and the outer Newton steps crawl with them: with an L1 term the model is then solved on
+# the face the passes found (the coordinates' signs, as an active-set method). At most FACE_SOLVES linear solves
+# a pass, each of at most FACE_FLOPS flops per entry of the pass's data or the passes' own flops.
+FACE_SOLVES = 8
+FACE_FLOPS = 4 * HESSIAN_ENTRIES
+FACE_RIDGE = 1e-12     # relative to the face's largest curvature: a duplicate feature's null direction
 
 
 @compiled(inline="always")
-def _model_descent(coords, order, a, g0, H, theta):
+def _inner_pass(coords, order, a, g0, H, r, theta):
+    """One coordinate descent pass on the model (r = H (a - a0) kept); returns (its largest step
+    scaled by sqrt(H_jj), whether it moved)."""
+    n = order.shape[0]
+    largest = 0.0
+    moved = False
+    for jj in range(n):
+        i = coords[order[jj]]
+        L = max(H[jj, jj], H_FLOOR)
+        ai = a[i]
+        x_new = coord_update(theta, ai, g0[jj] + r[jj], L)
+        d = x_new - ai
+        if d != 0.0:
+            moved = True
+            a[i] = x_new
+            Hj = H[jj]  # H symmetric: its row, contiguous
+            for q in range(n):
+                r[q] += d * Hj[q]
+            largest = max(largest, abs(d) * np.sqrt(L))
+    return largest, moved
+
+
+@compiled
+def _face_step(coords, order, a, g0, H, r, theta, flops):
+    """Newton's step on the model within its face (an L1 term's: the coordinates off zero, whose
+    signs fix |w|'s slope): they go to the model's minimum on the face, H_FF d = -(the model's
+    gradient), or as far toward it as no sign changes: the first to reach zero stays there and the
+    face shrinks. Each step lowers the model (a convex
+    quadratic on the face), so the passes' point is only improved. Returns whether a moved; does
+    nothing when a solve would cost more than ``flops``, and undoes a step that leaves g's
+    domain (|w| <= bound) or is not finite."""
+    n = order.shape[0]
+    l1, l2 = theta.l1, theta.l2
+    free = np.empty(n, np.int64)
+    moved = False
+    for _ in range(FACE_SOLVES):
+        nf = 0
+        for jj in range(n):
+            if a[coords[order[jj]]] != 0.0:
+                free[nf] = jj
+                nf += 1
+        if nf == 0 or nf * nf * nf > 3 * flops:
+            return moved
+        M = np.empty((nf, nf))
+        rhs = np.empty(nf)
+        top = 0.0
+        for p in range(nf):
+            jp = free[p]
+            ap = a[coords[order[jp]]]
+            slope = l1 if ap > 0.0 else (-l1 if ap < 0.0 else 0.0)
+            rhs[p] = -(g0[jp] + r[jp] + slope + l2 * ap)
+            Hp = H[jp]
+            for q in range(nf):
+                M[p, q] = Hp[free[q]]
+            M[p, p] += l2
+            top = max(top, M[p, p])
+        if top <= 0.0:
+            return moved
+        for p in range(nf):
+            M[p, p] += FACE_RIDGE * top
+        step = np.linalg.solve(M, rhs)
+        t = 1.0
+        hit = -1
+        for p in range(nf):
+            ap = a[coords[order[free[p]]]]
+            if not np.isfinite(step[p]):
+                return moved
+            if ap * (ap + step[p]) < 0.0 and -ap / step[p] < t:
+                t = -ap / step[p]
+                hit = p
+        for p in range(nf):
+            i = coords[order[free[p]]]
+            x_new = 0.0 if p == hit else a[i] + t * step[p]
+            if abs(x_new) > theta.bound:
+                return moved  # (never at a minimum: g(bound) alone is P(0)); the passes' point stands
+        for p in range(nf):
+            jp = free[p]
+            i = coords[order[jp]]
+            x_new = 0.0 if p == hit else a[i] + t * step[p]
+            d = x_new - a[i]
+            if d != 0.0:
+                moved = True
+                a[i] = x_new
+                Hj = H[jp]
+                for q in range(n):
+                    r[q] += d * Hj[q]
+        if hit < 0:
+            return moved
+    return moved
+
+
+@compiled(inline="always")
+def _model_descent(coords, order, a, g0, H, theta, flops):
     """Coordinate descent on the data term's second-order model g0 d + d^T H d / 2 plus g(a + d) over
     the pass's n coordinates (r = H (a - a0) kept), until an inner pass's largest step shrinks to
-    INNER_SHRINK of the first's (at most INNER_PASSES): a moves; returns (a0, whether it moved)."""
+    INNER_SHRINK of the first's. Passes that have not by INNER_PASSES crawl: then Newton's steps on
+    the face they found (:func:`_face_step`), each checked by a pass that may change the face, until
+    a pass barely moves (a face solve costs at most ``flops`` or the passes' own flops). a moves;
+    returns (a0, whether it moved)."""
     n = order.shape[0]
     a0 = np.empty(n)
     for jj in range(n):
@@ -278,23 +380,22 @@ def _model_descent(coords, order, a, g0, H, theta):
     first = 0.0
     moved = False
     for sweep in range(INNER_PASSES):
-        largest = 0.0
-        for jj in range(n):
-            i = coords[order[jj]]
-            L = max(H[jj, jj], H_FLOOR)
-            ai = a[i]
-            x_new = coord_update(theta, ai, g0[jj] + r[jj], L)
-            d = x_new - ai
-            if d != 0.0:
-                moved = True
-                a[i] = x_new
-                Hj = H[jj]  # H symmetric: its row, contiguous
-                for q in range(n):
-                    r[q] += d * Hj[q]
-                largest = max(largest, abs(d) * np.sqrt(L))
+        largest, moved_now = _inner_pass(coords, order, a, g0, H, r, theta)
+        moved = moved or moved_now
         if sweep == 0:
             first = largest
         if largest <= INNER_SHRINK * first:
+            return a0, moved
+    if theta.l1 == 0.0:
+        return a0, moved  # no face without an L1 term (its passes under a budget did better alone)
+    # the passes crawl (an ill-conditioned model): a solve costing at most what they cost
+    flops = max(flops, INNER_PASSES * n * n)
+    for _ in range(FACE_SOLVES):
+        if not _face_step(coords, order, a, g0, H, r, theta, flops):
+            break
+        moved = True
+        largest, _ = _inner_pass(coords, order, a, g0, H, r, theta)
+        if largest <= INNER_SHRINK * INNER_SHRINK * first:
             break
     return a0, moved
 
@@ -324,7 +425,7 @@ def _hessian_step_dense(rows, coords, order, a, z, u0, h, margins, theta):
                 acc += hx[k] * rows[jq, k]
             H[p, q] = acc
             H[q, p] = acc
-    a0, moved = _model_descent(coords, order, a, g0, H, theta)
+    a0, moved = _model_descent(coords, order, a, g0, H, theta, FACE_FLOPS * n * m)
     if not moved:
         return
     dm = np.zeros(m)
@@ -399,7 +500,7 @@ def _hessian_step(indptr, indices, data, coords, order, a, z, margins, theta, en
     for p in range(n):
         for q in range(p + 1, n):
             H[q, p] = H[p, q]
-    a0, moved = _model_descent(coords, order, a, g0, H, theta)
+    a0, moved = _model_descent(coords, order, a, g0, H, theta, FACE_FLOPS * entries)
     if not moved:
         return True
     dm = np.zeros(m)
