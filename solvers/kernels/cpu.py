@@ -266,7 +266,7 @@ INNER_SHRINK = 1e-3    # ... until an inner pass's largest step (scaled by sqrt(
 # Passes that have not converged by then crawl (an ill-conditioned Hessian: w8a's has duplicate
 # features), and the outer Newton steps crawl with them: with an L1 term the model is then solved on
 # the face the passes found (the coordinates' signs, as an active-set method). At most FACE_SOLVES linear solves
-# a pass, each of at most FACE_FLOPS flops per entry of the pass's data or the passes' own flops.
+# a pass in all, each of at most FACE_FLOPS flops per entry of the pass's data or the passes' own flops.
 FACE_SOLVES = 8
 FACE_FLOPS = 4 * HESSIAN_ENTRIES
 FACE_RIDGE = 1e-12     # relative to the face's largest curvature: a duplicate feature's null direction
@@ -296,26 +296,25 @@ def _inner_pass(coords, order, a, g0, H, r, theta):
 
 
 @compiled
-def _face_step(coords, order, a, g0, H, r, theta, flops):
+def _face_step(coords, order, a, g0, H, r, theta, flops, solves):
     """Newton's step on the model within its face (an L1 term's: the coordinates off zero, whose
     signs fix |w|'s slope): they go to the model's minimum on the face, H_FF d = -(the model's
     gradient), or as far toward it as no sign changes: the first to reach zero stays there and the
-    face shrinks. Each step lowers the model (a convex
-    quadratic on the face), so the passes' point is only improved. Returns whether a moved; does
-    nothing when a solve would cost more than ``flops``, and undoes a step that leaves g's
-    domain (|w| <= bound) or is not finite."""
+    face shrinks. Each step lowers the model (a convex quadratic on the face), so the passes' point
+    is only improved. At most ``solves`` solves, each of at most ``flops``; a step that would leave
+    g's domain (|w| <= bound) or is not finite is not taken. Returns (whether a moved, the solves made)."""
     n = order.shape[0]
     l1, l2 = theta.l1, theta.l2
     free = np.empty(n, np.int64)
     moved = False
-    for _ in range(FACE_SOLVES):
+    for used in range(solves):
         nf = 0
         for jj in range(n):
             if a[coords[order[jj]]] != 0.0:
                 free[nf] = jj
                 nf += 1
         if nf == 0 or nf * nf * nf > 3 * flops:
-            return moved
+            return moved, used
         M = np.empty((nf, nf))
         rhs = np.empty(nf)
         top = 0.0
@@ -330,7 +329,7 @@ def _face_step(coords, order, a, g0, H, r, theta, flops):
             M[p, p] += l2
             top = max(top, M[p, p])
         if top <= 0.0:
-            return moved
+            return moved, used
         for p in range(nf):
             M[p, p] += FACE_RIDGE * top
         step = np.linalg.solve(M, rhs)
@@ -339,7 +338,7 @@ def _face_step(coords, order, a, g0, H, r, theta, flops):
         for p in range(nf):
             ap = a[coords[order[free[p]]]]
             if not np.isfinite(step[p]):
-                return moved
+                return moved, used + 1
             if ap * (ap + step[p]) < 0.0 and -ap / step[p] < t:
                 t = -ap / step[p]
                 hit = p
@@ -347,7 +346,7 @@ def _face_step(coords, order, a, g0, H, r, theta, flops):
             i = coords[order[free[p]]]
             x_new = 0.0 if p == hit else a[i] + t * step[p]
             if abs(x_new) > theta.bound:
-                return moved  # (never at a minimum: g(bound) alone is P(0)); the passes' point stands
+                return moved, used + 1  # (never at a minimum: g(bound) alone is P(0)); the passes' point stands
         for p in range(nf):
             jp = free[p]
             i = coords[order[jp]]
@@ -360,8 +359,8 @@ def _face_step(coords, order, a, g0, H, r, theta, flops):
                 for q in range(n):
                     r[q] += d * Hj[q]
         if hit < 0:
-            return moved
-    return moved
+            return moved, used + 1
+    return moved, solves
 
 
 @compiled(inline="always")
@@ -390,12 +389,15 @@ def _model_descent(coords, order, a, g0, H, theta, flops):
         return a0, moved  # no face without an L1 term (its passes under a budget did better alone)
     # the passes crawl (an ill-conditioned model): a solve costing at most what they cost
     flops = max(flops, INNER_PASSES * n * n)
-    for _ in range(FACE_SOLVES):
-        if not _face_step(coords, order, a, g0, H, r, theta, flops):
+    solves = FACE_SOLVES
+    while solves > 0:
+        stepped, used = _face_step(coords, order, a, g0, H, r, theta, flops, solves)
+        solves -= max(used, 1)
+        if not stepped:
             break
         moved = True
         largest, _ = _inner_pass(coords, order, a, g0, H, r, theta)
-        if largest <= INNER_SHRINK * INNER_SHRINK * first:
+        if largest <= INNER_SHRINK * first:
             break
     return a0, moved
 
