@@ -49,6 +49,9 @@ EXERCISED = {
     '.venv/bin/python -m benchmarks.peers --quick --no-docs --no-tracking --only "logistic l1" '
     '--only "squared hinge l1" --only "w8a[20000] logistic"':
         "tests/benchmarks/test_peers_bench.py::test_only_runs_the_problems_it_names",
+    '.venv/bin/python -m benchmarks.peers --quick --no-docs --no-tracking --only "w8a[20000] logistic l1" '
+    '--only "w8a[20000] squared hinge l1" --only "dense logistic l1 5000x500"':
+        "tests/benchmarks/test_peers_bench.py::test_only_runs_the_problems_it_names",
     ".venv/bin/python -m pipelines.experiment experiment=out_of_core data=synthetic_dense data.n_samples=40000 "
     "data.n_features=2000 model=logistic model.penalty=l1 model.C=0.05 model.fit_intercept=false "
     "experiment.baselines=[sequential] ~experiment.arms.random ~experiment.arms.peer_daskml "
