@@ -367,10 +367,10 @@ def _face_step(coords, order, a, g0, H, r, theta, flops, solves):
 def _model_descent(coords, order, a, g0, H, theta, flops):
     """Coordinate descent on the data term's second-order model g0 d + d^T H d / 2 plus g(a + d) over
     the pass's n coordinates (r = H (a - a0) kept), until an inner pass's largest step shrinks to
-    INNER_SHRINK of the first's. Passes that have not by INNER_PASSES crawl: then Newton's steps on
-    the face they found (:func:`_face_step`), each checked by a pass that may change the face, until
-    a pass barely moves (a face solve costs at most ``flops`` or the passes' own flops). a moves;
-    returns (a0, whether it moved)."""
+    INNER_SHRINK of the first's. If they have not by INNER_PASSES, they crawl, and with an L1 term
+    Newton's steps on the face they found follow (:func:`_face_step`), each checked by a pass that
+    may change the face, until a pass barely moves (a face solve costs at most ``flops`` or the
+    passes' own flops). a moves; returns (a0, whether it moved)."""
     n = order.shape[0]
     a0 = np.empty(n)
     for jj in range(n):
@@ -392,7 +392,7 @@ def _model_descent(coords, order, a, g0, H, theta, flops):
     solves = FACE_SOLVES
     while solves > 0:
         stepped, used = _face_step(coords, order, a, g0, H, r, theta, flops, solves)
-        solves -= max(used, 1)
+        solves -= used
         if not stepped:
             break
         moved = True
