@@ -145,6 +145,15 @@ H_FLOOR = 1e-12  # liblinear's floor on a coordinate's curvature (the squared hi
 
 
 @compiled(inline="always")
+def copy_to(src, dst):
+    """dst[:n] = src[:n] for n = len(src), an element at a time: a slice assignment from an array
+    compiles NumPy's shape-mismatch message (string formatting) into the first caller, seconds of a
+    first run."""
+    for i in range(src.shape[0]):
+        dst[i] = src[i]
+
+
+@compiled(inline="always")
 def _line_search(coords, order, a, a0, z, u0, dm, margins, theta, touched, n_touched, aux):
     """The pass moved a (from a0, its coordinates coords[order]) and the margins by dm (the
     samples ``touched[:n_touched]``, u0 their u before): take the longest step lam in 1, 1/2, ...
@@ -700,8 +709,8 @@ def copy_csr_rows(indptr, indices, data, rows, out_indices, out_data, start, len
     for k in range(rows.shape[0]):
         lo, hi = indptr[rows[k]], indptr[rows[k] + 1]
         n = hi - lo
-        out_indices[pos:pos + n] = indices[lo:hi]
-        out_data[pos:pos + n] = data[lo:hi]
+        copy_to(indices[lo:hi], out_indices[pos:pos + n])
+        copy_to(data[lo:hi], out_data[pos:pos + n])
         lengths[k] = n
         pos += n
     return pos

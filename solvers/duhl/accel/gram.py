@@ -110,7 +110,7 @@ def work_entries(D, work):
     return total
 
 
-@compiled(inline="always")
+@compiled
 def gram_epoch(G, row_coord, order, work, a, off, mu, sqnorm, c, theta, dots, n_samples):
     """A pass over the rows ``order`` (coordinates row_coord[order]) from the dots <A_i, z> of the
     coordinates ``work``, kept up to date by G: the kernels' exact coordinate update, without reading
@@ -130,7 +130,7 @@ def gram_epoch(G, row_coord, order, work, a, off, mu, sqnorm, c, theta, dots, n_
     return order.shape[0]
 
 
-@compiled(inline="always")
+@compiled
 def catch_up(D, work, a, a_ref, z, c):
     """z moved by the working set's moves since ``a_ref`` (then a_ref = a there)."""
     for i in work:
@@ -140,7 +140,7 @@ def catch_up(D, work, a, a_ref, z, c):
             a_ref[i] = a[i]
 
 
-@compiled(inline="always")
+@compiled
 def gram_block_end(B, positions, block, a, a_ref, z, off, mu, c, theta, t, gaps, s):
     """After the block's epochs from G: z moved by the block's moves since a_ref (the round's start
     state: the certificate's), and the block's gaps and s from t."""

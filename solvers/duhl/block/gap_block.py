@@ -20,6 +20,7 @@ import numpy as np
 from numba.cpython.unsafe.numbers import leading_zeros
 
 from solvers.kernels.cache import compiled
+from solvers.kernels.cpu import copy_to
 
 MAX_BITS = 12       # a radix level's histogram has at most 2^MAX_BITS buckets ...
 MIN_LEVEL_BITS = 5  # ... and at least 2^MIN_LEVEL_BITS (a histogram costs its size)
@@ -63,7 +64,7 @@ def _boundary(hist, remaining):
     return -1, remaining
 
 
-@compiled(inline="always")
+@compiled
 def _resident_keys(gaps, resident, coord_bytes):
     """One branch-free pass that vectorizes: the residents' lowest key (all ones: none), the
     others' highest (0: none), the residents' bytes and count."""
@@ -94,7 +95,7 @@ def _holds(gaps, resident, coord_bytes, budget, low_in, high_out, used):
     return True
 
 
-@compiled(inline="always")
+@compiled
 def _tie_cut(gaps, resident, coord_bytes, edge, on_resident, room):
     """The index of the first coordinate with key ``edge`` (resident ones, or the others) whose
     bytes, after those of the same kind before it, pass ``room``; n when none does."""
@@ -108,7 +109,7 @@ def _tie_cut(gaps, resident, coord_bytes, edge, on_resident, room):
     return gaps.shape[0]
 
 
-@compiled(inline="always")
+@compiled
 def _edge_mask(gaps, resident, coord_bytes, budget, edge, keep):
     """The block as the mask ``keep`` when the order's prefix ends among the gaps of key ``edge``,
     its size; -1 (``keep`` untouched) when it ends elsewhere. One pass sums the bytes above the
@@ -155,7 +156,7 @@ def _edge_mask(gaps, resident, coord_bytes, budget, edge, keep):
     return k
 
 
-@compiled(inline="always")
+@compiled
 def _take(order, coord_bytes, remaining, chosen, k):
     """Appends ``order``'s coordinates to ``chosen`` from ``k`` while their bytes fit: (k, the
     bytes left, whether one did not fit)."""
@@ -169,7 +170,7 @@ def _take(order, coord_bytes, remaining, chosen, k):
     return k, remaining, False
 
 
-@compiled(inline="always")
+@compiled
 def _sorted_take(keys, cand, m, resident, coord_bytes, remaining, chosen, k):
     """A few candidates ``cand[:m]`` (in index order) sorted by a stable insertion sort by (key
     descending, resident first), appended to ``chosen`` from ``k`` while they fit; the size."""
@@ -186,7 +187,7 @@ def _sorted_take(keys, cand, m, resident, coord_bytes, remaining, chosen, k):
     return _take(cand[:m], coord_bytes, remaining, chosen, k)[0]
 
 
-@compiled(inline="always")
+@compiled
 def _radix_block(gaps, resident, coord_bytes, budget, chosen, keys, cand):
     """The block into ``chosen`` (in no particular order) by the keys' bits, its size: each level
     splits the candidates ``cand[:m]`` (index order; keys in [low, high]) by their next bits,
@@ -212,7 +213,7 @@ def _radix_block(gaps, resident, coord_bytes, budget, chosen, keys, cand):
             hist[(keys[cand[t]] >> shift) & mask] += coord_bytes[cand[t]]
         top, remaining = _boundary(hist[: 1 << nb], remaining)
         if top < 0:  # every candidate fits
-            chosen[k:k + m] = cand[:m]
+            copy_to(cand[:m], chosen[k:])
             return k + m
         edge = np.uint64(top)
         m_next = 0

@@ -194,7 +194,7 @@ def certified(plan, rnd):
     plan.next_round = rnd + plan.wait
 
 
-@compiled(inline="always")
+@compiled
 def plan_refresh(stale, coord_bytes, budget, plan, todo):
     """The oldest ``stale`` gaps (``stale`` in coordinate order, not empty) whose data fits
     ``budget`` (at least one), from the cursor on, wrapping, into ``todo``; their count."""

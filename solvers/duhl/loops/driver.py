@@ -17,6 +17,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from solvers.kernels.cache import compiled
+from solvers.kernels.cpu import copy_to
 
 # a slice's work: about this many data entries of epochs (tens of ms on this project's machines), so
 # that trace rows stream, Ctrl-C and max_time are seen a few times a second however large the data
@@ -128,7 +129,7 @@ def write_row(history, row, iterates, kept, a, updates, primal, dual, gap, rnd, 
     r.n_resident = n_resident
     r.certified = certified
     if kept < iterates.shape[0]:
-        iterates[kept] = a
+        copy_to(a, iterates[kept])
 
 
 @compiled(inline="always")

@@ -334,13 +334,13 @@ def run_resident_slice(D, a, z, off, form, cfg, st, buf, history, iterates, acce
                 if grow:
                     n_work = grow_cap(work, n_work, a, gaps, cfg.ws_least)
             if n_work == 0 or n_work > n // 2:  # shrinking would save little: visit all
-                work[:] = everyone
+                cpu.copy_to(everyone, work)
                 n_work = n
             st.n_work = n_work
             st.target = max(INNER * gap, 0.5 * cfg.tol_abs)
             st.fresh = False
             if not _same_set(previous, work[:n_work], n):  # else the same passes: Anderson's iterates carry on
-                order[:n_work] = work[:n_work]
+                cpu.copy_to(work[:n_work], order)
                 accel_state[0] = 0  # extrapolate from iterates of one working set only
             if G.shape[0] > 0:  # the working set's dots: the pass's s where it read the data, else a read
                 _fresh_dots(D, work[:n_work], a, z, off, form, buf, buf.todo[:n_read], dots, a_ref)

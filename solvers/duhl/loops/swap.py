@@ -217,7 +217,7 @@ def _swap_in_for(A, B, row_coord, pos, keep, joined, n_joined):
     return dense
 
 
-@compiled(inline="always")
+@compiled
 def _round_pass(keep, resident, coord_bytes, block, joined):
     """The new block ``keep`` in coordinate order (as the resident set visits it) into ``block``,
     those that join it into ``joined``, ``resident`` set to ``keep``; branch-free (which coordinates
@@ -235,7 +235,7 @@ def _round_pass(keep, resident, coord_bytes, block, joined):
     return m, n_joined, moved
 
 
-@compiled(inline="always")
+@compiled
 def _fill(order, m, coord_bytes, budget, chosen):
     """The longest prefix of ``order[:m]`` that fits ``budget`` into ``chosen``; its length."""
     used, k = 0, 0
@@ -246,7 +246,7 @@ def _fill(order, m, coord_bytes, budget, chosen):
     return k
 
 
-@compiled(inline="always")
+@compiled
 def _ordered_block(policy, n, coord_bytes, budget, picks, cursor, chosen, order):
     """The sequential (round robin from the cursor) or random (from the policy's stream) block
     into ``chosen``: the longest prefix of the policy's order that fits; its size."""
@@ -261,7 +261,7 @@ def _ordered_block(policy, n, coord_bytes, budget, picks, cursor, chosen, order)
 
 
 # ---------------------------------------------------------------- the round's certificate ---
-@compiled(inline="always")
+@compiled
 def _state_row(a, z, off, form, gaps, s, st):
     """(P_form, D_form, gap) of the state whose every gap and s are in ``gaps`` and ``s``; the
     best dual value of the rows carried in ``st``."""
@@ -274,7 +274,7 @@ def _state_row(a, z, off, form, gaps, s, st):
     return primal, dual, gap
 
 
-@compiled(inline="always")
+@compiled
 def _gram_schedule(gram, gap, tol_abs):
     """The rounds until the next row from G (gram.skip) after a row of ``gap``: half those the rate
     since the last row predicts to ``tol_abs``, at most rows_every - 1; rows_every - 1 when the gap
@@ -291,7 +291,7 @@ def _gram_schedule(gram, gap, tol_abs):
     gram.row_at, gram.row_gap = gram.calls, gap
 
 
-@compiled(inline="always")
+@compiled
 def _round_certify(A, G, dots, a_ref, gram, stale, fresh, a, z, off, form, st, buf, tol_abs):
     """The round's certificate. Without G the ``stale`` gaps from the data, then the state's row.
     With G, those not ``fresh`` (a mask: the last block's) from ``dots`` (dots_i = <A_i, z> at the
@@ -353,7 +353,7 @@ def _round_certify(A, G, dots, a_ref, gram, stale, fresh, a, z, off, form, st, b
         anchor = True
 
 
-@compiled(inline="always")
+@compiled
 def _start_row(rnd, A, G, dots, a_ref, gram, stale, a, z, off, form, cfg, plan, coord_bytes, st, buf, history,
                iterates):
     """Round ``rnd``'s start state: the ``stale`` gaps refreshed, all of them (with the block's,
@@ -416,7 +416,7 @@ def run_swap_slice(A, B, coord_bytes, a, z, off, form, cfg, st, buf, plan, gram,
     while True:
         if st.known == BLOCK_KNOWN:  # the stale gaps: not in the last block, not proven
             if gram.on:  # with G: those not in the last block (a mask)
-                buf.fresh[:] = resident
+                cpu.copy_to(resident, buf.fresh)
             elif not st.stale_listed:  # (else listed by the last round's proofs)
                 n_stale = 0
                 for i in range(n):
@@ -433,7 +433,7 @@ def run_swap_slice(A, B, coord_bytes, a, z, off, form, cfg, st, buf, plan, gram,
         if cfg.policy == GAP:
             k, held = gap_block(gaps, resident, coord_bytes, cfg.budget, keep, buf.chosen, buf.keys, buf.cand)
             if held and m_was < 0:  # (no block listed yet: the mask from the residents)
-                keep[:] = resident
+                cpu.copy_to(resident, keep)
                 held = False
         else:
             k = _ordered_block(cfg.policy, n, coord_bytes, cfg.budget, buf.picks, st.cursor, buf.chosen, order)
@@ -484,7 +484,7 @@ def run_swap_slice(A, B, coord_bytes, a, z, off, form, cfg, st, buf, plan, gram,
         on_gram = gram.on and gram.epochs > 0 and st.known == BLOCK_KNOWN  # fresh dots: the epochs from G
         passes *= int(gram.epochs) if on_gram else 1
         if cfg.proving:
-            buf.z_old[:] = z
+            cpu.copy_to(z, buf.z_old)
             st.shift_old = c * off[0] * z.shape[0]
         for j in range(m if on_gram else 0):
             buf.t_gram[block[j]] = dots[block[j]]
@@ -492,7 +492,7 @@ def run_swap_slice(A, B, coord_bytes, a, z, off, form, cfg, st, buf, plan, gram,
             left = min(n_active, int(cfg.max_updates - st.updates))  # the epoch budget: a last pass cut short
             if left <= 0:
                 break
-            order[:n_active] = visit[:n_active]
+            cpu.copy_to(visit[:n_active], order)
             cpu.shuffle(order[:n_active], buf.orders)
             if on_gram:
                 st.updates += gram_epoch(G, row_coord, order[:left], block[:m], a, off, mu, sqnorm, c, theta,
