@@ -124,7 +124,7 @@ def warmup(model_cfg: Mapping[str, Any], X, y, arms: Mapping[str, Mapping[str, A
                 # the data on disk runs DuHL's Python round loop (CoCoA+'s parts too), the miniature in RAM the
                 # compiled one
                 DuHL(memory_budget=0.5, loop="python", max_epochs=2, tol=0.0).solve(problem)
-    _first_touch(X, arms)  # last: a first run's compilation (~80 s) would leave its pages cold again
+    _first_touch(X, arms)  # last: a first run's compilation, tens of seconds, would leave its pages cold again
     return time.perf_counter() - start
 
 
@@ -143,9 +143,9 @@ def warm_workers(client, model_cfg: Mapping[str, Any], X, y, arms: Mapping[str, 
 def _first_touch(X, arms: Mapping[str, Mapping[str, Any]]) -> None:
     """Write, then free, twice the largest arm's memory_budget (its block, and the copy a swap
     gathers through): on a virtual machine the first use of the machine's memory pages costs
-    ~10x a later one (here: 40 MB took 95 ms to fill beside a 160 MB dataset, then 6 ms), and
-    only the first arm would pay it (the default experiment's duhl-gap, 0.19 s of its 0.3 s). Called
-    last in the warm-up: a fresh machine's compilation (~80 s) would leave the pages cold again."""
+    about ten times a later one, and only the first arm would pay it (measured on the design page
+    of the default experiment). Called last in the warm-up: a fresh machine's compilation would
+    leave the pages cold again."""
     total = X.data.nbytes if sp.issparse(X) else X.nbytes
     budgets = [parse_budget(s["memory_budget"], total) for s in arms.values() if s.get("memory_budget") is not None]
     need = min(2 * min(max(budgets, default=0), total), FIRST_TOUCH_MAX)

@@ -136,7 +136,7 @@ def test_the_warmup_writes_twice_the_largest_budget_then_frees_it(sparse, monkey
 
 def test_the_warmup_touches_the_blocks_pages_after_compiling(monkeypatch):
     """_first_touch comes last in the warm-up, after every miniature solve: on a fresh machine those
-    compile for ~80 s, and pages touched before them were cold again for the first arm (its first
+    compile for tens of seconds, and pages touched before them were cold again for the first arm (its first
     block took 0.145 s where a warm run's takes 0.039; the default experiment's duhl-gap 18.8x ->
     40.6x vs sequential on a first run)."""
     import tasks.arms as arms_module
