@@ -210,14 +210,15 @@ class CocoaPart:
     def local_on_disk(self, z, off, local_epochs=None):
         """Round on disk: H DuHL rounds from the shard under ``host_budget`` of RAM, from the broadcast
         state: its pass over every gap (the part's gap), then H times the block of largest gaps read and
-        an epoch on it, then its end state certified (or none of it once its gap is at ``local_tol``
-        times P(0)). Returns (gap at the broadcast state, its seconds, dv, d_off, da, coordinate updates).
+        an epoch on it (or none of it once its gap is at ``local_tol`` times P(0)). Returns (gap at the
+        broadcast state, its seconds, dv, d_off, da, coordinate updates).
 
-        H counts DuHL rounds (epochs of the block), not epochs of the shard: a solve reads the shard twice
-        whatever it does (its gap memory's start, its certified end), and with K > 1 CoCoA+'s rounds, not
-        the local work, set how far a round gets (on a 164 MB logistic problem, K = 2: 22-23 rounds with
-        one block epoch or a shard's (4-5 blocks'), 2.0 shard reads a round against 3.2). One part
-        (K = 1) is DuHL itself: a large H solves it in one round."""
+        The local end state is not certified (DuHL's ``certify_end=False``): that would be a second pass
+        over the shard, and the next round's pass at the broadcast state certifies what the round led to.
+        H counts DuHL rounds (epochs of the block), not epochs of the shard: a solve reads the whole shard
+        once whatever it does, and with K > 1 CoCoA+'s rounds, not the local work, set how far a round gets
+        (on a 164 MB logistic problem, K = 2: 22-23 rounds with one block epoch or a shard's (4-5 blocks')).
+        One part (K = 1) is DuHL itself: a large H solves it in one round."""
         p = self.problem
         epochs = self.local_epochs if local_epochs is None else int(local_epochs)
         n = p.n_coords
@@ -233,7 +234,7 @@ class CocoaPart:
         # H DuHL rounds, an epoch of the block each (no prefetch: a block staged past the last round is a waste)
         solver = DuHL(host_budget=self.host_budget, selection="gap", local_epochs=1, tol=self.local_tol,
                       max_epochs=epochs_of(epochs * min(block, n), n), device="cpu", random_state=self.rng,
-                      prefetch=0.0, refresh=DISK_REFRESH)
+                      prefetch=0.0, refresh=DISK_REFRESH, certify_end=False)
         res = solver.solve(local, a0=self.a)
         if local.start_gap is None:  # (a loop that read no full pass at the start: the part's own pass)
             started = time.perf_counter()

@@ -153,6 +153,13 @@ class DuHL:
         applies (device "cpu", the data in RAM, no prefetch, selection gap, sequential or
         random, refresh "auto" or "all"), else the Python one; "python" always the Python one
         (the reference); "compiled" refuses a solve it cannot run.
+    certify_end : bool
+        Data on disk: whether a solve that stops on ``max_epochs`` or ``max_time`` reads the
+        data it has not certified once more, to certify the state it returns. False returns
+        that state without the read: the result's ``primal``, ``dual`` and ``gap`` are NaN and
+        the trace ends at the last certified row. For a caller that certifies elsewhere, as a
+        CoCoA+ part, whose next round's pass at the broadcast state is its certificate. (With
+        the data in RAM the state returned is always certified: that costs no read.)
 
     Attributes set by :meth:`solve`
     -------------------------------
@@ -175,7 +182,7 @@ class DuHL:
                  max_epochs=1000, max_time=None, device="cpu", random_state=None, callback=None,
                  gap_every="auto", shrinking=True, prefetch="auto", gap_kernel="tpa",
                  concurrency="auto", keep_iterates=0, refresh="auto", host_budget=None, anderson="auto", gram="auto",
-                 gap_proofs="auto", loop="auto"):
+                 gap_proofs="auto", loop="auto", certify_end=True):
         self.memory_budget = memory_budget
         self.selection = selection
         self.local_epochs = local_epochs
@@ -197,6 +204,7 @@ class DuHL:
         self.gram = gram
         self.gap_proofs = gap_proofs
         self.loop = loop
+        self.certify_end = certify_end
         self._validate(self.owner)
 
     def _validate(self, owner):
@@ -206,7 +214,8 @@ class DuHL:
                      gap_every=self.gap_every, shrinking=self.shrinking, prefetch=self.prefetch,
                      gap_kernel=self.gap_kernel, concurrency=self.concurrency,
                      keep_iterates=self.keep_iterates, refresh=self.refresh, host_budget=self.host_budget,
-                     anderson=self.anderson, gram=self.gram, gap_proofs=self.gap_proofs, loop=self.loop)
+                     anderson=self.anderson, gram=self.gram, gap_proofs=self.gap_proofs, loop=self.loop,
+                     certify_end=self.certify_end)
         if self.gap_kernel == "blas" and self.device == "cpu":
             raise ValueError(f"The 'gap_kernel' parameter 'blas' of {owner} runs on device='cuda' or "
                              "'cuda_sim' (the CPU computes gaps with its own kernels). Got device='cpu'.")
@@ -347,7 +356,7 @@ class DuHL:
         if not isinstance(self.anderson, str) and self.anderson and not applies:
             self._notes.append("anderson applies with all data resident on the CPU and coordinates that are "
                                "the model's coefficients (Lasso, ElasticNet, Ridge): ignored")
-        settings = {}
+        settings, end_row = {}, True  # end_row: the trace's last row certifies the state returned
         self.gram_, self.anderson_state_, self.global_passes_ = {}, np.zeros(3), {}
         if budget is None and self.device == "cpu":
             status, rounds, updates, dual_best = self._solve_resident(problem, a, z, off, rng, trace, t0)
@@ -370,8 +379,8 @@ class DuHL:
                     status, rounds, updates, dual_best = solve_swap(self, problem, rset, a, z, off, rng, trace, t0,
                                                                     self._iterates)
                 else:
-                    status, rounds, updates, dual_best, settings = solve_python(self, problem, rset, a, z, off, rng,
-                                                                                trace, t0, self._iterates)
+                    status, rounds, updates, dual_best, settings, end_row = solve_python(
+                        self, problem, rset, a, z, off, rng, trace, t0, self._iterates)
             finally:
                 rset.close()
             if problem.on_disk and trace.rows:  # the last row counts the read-ahead the loop left in flight
@@ -384,8 +393,10 @@ class DuHL:
         for name, value in settings.items():
             self._notes.append(f"{name} 'auto' measured {value:.6g}: pass {name}={value!r} to reproduce this run")
         last = trace.rows[-1]
-        elapsed = last["time_s"]
-        if problem.on_disk:  # the last row certifies the state returned; a re-evaluation is a full read
+        elapsed = last["time_s"] if end_row else time.perf_counter() - t0
+        if problem.on_disk and not end_row:  # certify_end=False: the state returned has no certificate
+            primal = dual = gap = float("nan")
+        elif problem.on_disk:  # the last row certifies the state returned; a re-evaluation is a full read
             primal, dual, gap = last["primal"], last["dual"], last["gap"]
         else:  # re-evaluate from a alone (outside the timed loop): no drift in z can hide in the result
             z, off = problem.state_from(a)

@@ -222,6 +222,7 @@ RULES: Mapping[str, Rule] = {
     "loop": Options(("auto", "python", "compiled")),
     "gram": Either("auto", Boolean()),
     "gap_proofs": Either("auto", Boolean()),
+    "certify_end": Boolean(),
     # CoCoA+ and DIANA
     "n_parts": Integer(1),
     "aggregation": Options(("adding", "averaging")),

@@ -61,7 +61,9 @@ class _Done:
 
 def solve_python(solver, problem, rset, a, z, off, rng, trace, t0, iterates):
     """The loop of :class:`solvers.duhl.solver.DuHL` with a resident set ``rset``.
-    Returns (status, rounds, updates, best dual value, the settings it measured)."""
+    Returns (status, rounds, updates, best dual value, the settings it measured, whether the trace's
+    last row certifies the state returned: not when ``solver.certify_end`` is False and the last
+    round's end state was left uncertified)."""
     n = problem.n_coords
     tol_abs = solver.tol * problem.P0
     coord_bytes = problem.coord_bytes
@@ -223,8 +225,10 @@ def solve_python(solver, problem, rset, a, z, off, rng, trace, t0, iterates):
             status = solver._stop(updates, n, t0)
 
     if not (certified and end_recorded) and status != "converged":
+        if on_disk and not solver.certify_end:  # the caller certifies elsewhere: no read for it here
+            return status, rnd, updates, dual_best, measured, False
         # the last round's end state has no row yet: the stale gaps (if any) give its exact gap
         stale = memory.stale()
         memory.refresh(stale, *problem.coordinate_gaps(a, z, off, stale, with_s=True))
         record(rnd, state, memory.estimate(), updates, swaps)
-    return status, rnd, updates, dual_best, measured
+    return status, rnd, updates, dual_best, measured, True

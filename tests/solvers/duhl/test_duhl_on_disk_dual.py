@@ -208,6 +208,31 @@ def test_a_budget_that_holds_the_data_reads_it_once(store):
     np.testing.assert_array_equal(r.a, r_ram.a)  # the signed rows loaded equal the signed rows built in RAM
 
 
+@pytest.mark.parametrize("model", ["hinge", "logistic"])
+def test_certify_end_false_returns_the_same_state_without_reading_for_its_certificate(store, model):
+    """A solve stopped by max_epochs certifies its end state by reading every gap it has not
+    computed; certify_end=False skips that read and nothing else: the same iterates and rows up
+    to the last certified one, fewer bytes by at least the rows outside the block, NaN for the
+    unread certificate. The skipped certificate, computed here, is the other run's last row."""
+    path, X, y = store
+    (on_disk, _, params), (other, _, _) = problems(store, model), problems(store, model)
+    settings = dict(host_budget=0.25, tol=0.0, max_epochs=1.5, random_state=0, refresh=0.0)
+    ended = DuHL(**settings).solve(on_disk)
+    left = DuHL(**settings, certify_end=False).solve(other)
+    assert ended.status == left.status == "max_epochs"
+    np.testing.assert_array_equal(left.a, ended.a)
+    rows = len(left.trace)
+    assert rows == len(ended.trace) - 1 and ended.trace["certified"].iloc[-1] == 1
+    for column in ("primal", "dual", "gap", "certified", "epoch", "swaps"):
+        np.testing.assert_array_equal(left.trace[column], ended.trace[column].iloc[:rows], err_msg=column)
+    assert np.isnan(left.primal) and np.isnan(left.dual) and np.isnan(left.gap) and np.isnan(left.rel_gap)
+    assert ended.gap == ended.trace["gap"].iloc[-1]
+    P, Dv = oracles.gap_from_coordinates(model, X, y, left.a, params, None)
+    assert abs(ended.gap - (P - Dv)) <= 1e-10 * max(1.0, abs(P))
+    block_bytes = int(0.25 * X.nbytes)  # the host budget: the block and the read buffer together
+    assert on_disk.A.bytes_read - other.A.bytes_read >= X.nbytes - block_bytes
+
+
 def test_unsupported_settings_are_named(store, tmp_path):
     path, X, y = store
     with pytest.raises(ValueError, match=r"The 'fit_intercept' parameter of LinearSVC must be False with the data "

@@ -1,6 +1,6 @@
 """CoCoA+ parts on disk (tasks/distributed_glm/disk.py), in-process: each part's shard, DuHL from disk under
 its host_budget; scikit-learn's optimum with a certified gap, one pass over the shard a round for the gap
-and DuHL's start (two with its certified end), K = 1 is DuHL from disk itself."""
+and DuHL's start (its local end state left uncertified), K = 1 is DuHL from disk itself."""
 
 import numpy as np
 import pytest
@@ -47,9 +47,9 @@ def test_logistic_parts_on_disk_reach_sklearns_optimum(ds, K):
     assert abs(logistic_objective(X, s, res.v, 0.01) - target) <= 1e-6 * target
     shard_bytes = [r["bytes"] - 4096 for r in res.shards]  # X.npy's data
     assert len(shard_bytes) == K and sum(shard_bytes) == ds.X.nbytes  # (64 float64: rows need no padding)
-    for k in range(K):  # a round reads the shard at its start (the gap), the block, the stale rest at its end
+    for k in range(K):  # a round reads the shard at its start (the gap) and the block (under the 0.3 budget)
         per_round = np.diff(res.trace[f"part{k}_bytes_disk"])
-        assert (per_round >= shard_bytes[k]).all() and (per_round <= 2.3 * shard_bytes[k]).all(), per_round
+        assert (per_round >= shard_bytes[k]).all() and (per_round <= 1.3 * shard_bytes[k]).all(), per_round
     assert res.trace.bytes_disk.iloc[-1] == sum(res.trace[f"part{k}_bytes_disk"].iloc[-1] for k in range(K))
     assert (np.diff(res.trace.part0_bits_sent) == 32 * (64 + 1)).all()  # dv (m floats) and the gap a round
 
