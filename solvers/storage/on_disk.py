@@ -31,7 +31,6 @@ DEFAULT_BUFFER_BYTES = 64 << 20
 READ_THREADS = 16
 READ_REQUEST_BYTES = 2 << 20
 SMALL_COORD_BYTES = 128 << 10
-SCALE_CHUNK_BYTES = 4 << 20  # rows scaled in place at a time: the temporaries stay this small
 
 
 class OnDisk:
@@ -182,15 +181,18 @@ class OnDisk:
         return _Scaled(read, lambda: self._scale_rows(out, coords, rows))
 
     def _scale_rows(self, out, coords, rows):
-        if self._factors is not None or self._entries is not None:
-            # ``out[rows] *= f`` would copy every row read (a whole block) first
-            step = max(1, SCALE_CHUNK_BYTES // max(1, out[:1].nbytes))
-            for lo in range(0, rows.size, step):
-                r = rows[lo:lo + step]
-                if self._factors is not None:
-                    out[r] = out[r] * self._factors[coords[lo:lo + step], None]
-                if self._entries is not None:
-                    out[r] = out[r] * self._entries[None, :]
+        # in place, a row (or a run of consecutive rows) at a time: ``out[rows] *= f`` would copy
+        # the rows read first, memory outside the host budget that holds the block
+        if self._factors is not None:
+            for r, factor in zip(rows.tolist(), self._factors[coords].tolist()):
+                if factor != 1.0:  # (the labels' signs: half the rows need nothing)
+                    row = out[r]
+                    np.multiply(row, factor, out=row)
+        if self._entries is not None and rows.size:
+            cuts = np.flatnonzero(np.diff(rows) != 1) + 1
+            for lo, hi in zip(np.r_[0, cuts].tolist(), np.r_[cuts, rows.size].tolist()):
+                run = out[rows[lo]: rows[lo] + hi - lo]
+                np.multiply(run, self._entries[None, :], out=run)
         if self.intercept is not None:
             out[rows, self.n_features] = self._constant(coords)
 
