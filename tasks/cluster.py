@@ -97,6 +97,9 @@ class LocalClusterConfig(ClusterConfig):
     shard_dir: Optional[str] = None  # data_access=disk: where each worker keeps shards (None: beside its Dask scratch space)
     shard_source: str = ruled("auto", SHARD_SOURCE)  # data_access=disk: stream | file | maker | auto
     timeout_s: float = ruled(60.0, TIMEOUT)  # start-up and every wait on the cluster
+    # Dask's statistical profiler in each worker (the dashboard's profile page): its history, a
+    # profile a second kept for an hour, grows a worker's memory with the run's length
+    worker_profile: bool = True
 
 
 @dataclass
@@ -233,12 +236,15 @@ def _http_kwargs(host: str, address: Optional[str]) -> Dict[str, Any]:
 
 
 def _start_local(c: LocalClusterConfig):
+    import dask
     from dask.distributed import LocalCluster
 
-    return LocalCluster(n_workers=c.n_workers, threads_per_worker=c.threads_per_worker,
-                        memory_limit=c.memory_limit, processes=c.processes,
-                        **({"host": c.host} if c.processes else {}),  # threads talk in-process (inproc://)
-                        timeout=c.timeout_s, **_http_kwargs(c.host, c.dashboard_address))
+    # the workers take this process's Dask configuration when they start
+    with dask.config.set({"distributed.worker.profile.enabled": bool(c.worker_profile)}):
+        return LocalCluster(n_workers=c.n_workers, threads_per_worker=c.threads_per_worker,
+                            memory_limit=c.memory_limit, processes=c.processes,
+                            **({"host": c.host} if c.processes else {}),  # threads talk in-process (inproc://)
+                            timeout=c.timeout_s, **_http_kwargs(c.host, c.dashboard_address))
 
 
 def _slurm_cluster(c: SlurmClusterConfig):

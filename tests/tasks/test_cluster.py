@@ -55,6 +55,32 @@ def test_local_cluster_listens_on_loopback_only_and_says_where():
     assert {int(h.rsplit(":", 1)[1]) for h in info["http"]} <= {port for _, port in opened}
 
 
+def _busy(seconds):
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        sum(range(1000))
+    return True
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("on", [True, False])
+def test_worker_profile_false_keeps_no_profile_history_in_the_workers(on):
+    """cluster.worker_profile: Dask's profiler samples every worker thread and keeps a profile a
+    second (cycle) for an hour: with it off (cluster=local_disk, whose workers' RAM is budgeted)
+    a worker that has computed for 2.5 s holds no history; with it on (the default) it does."""
+    settings = {"name": "local", "n_workers": 1, "memory_limit": 0, "timeout_s": 60, "worker_profile": on}
+    with dask.config.set({"distributed.worker.profile.cycle": "200ms"}):
+        with connect(settings) as client:
+            assert client.submit(_busy, 2.5, pure=False).result()
+            time.sleep(0.5)
+            enabled = client.run(lambda: dask.config.get("distributed.worker.profile.enabled"))
+            history = client.run(lambda dask_worker: len(dask_worker.profile_history))
+    assert list(enabled.values()) == [on]
+    assert (list(history.values())[0] > 0) == on, history
+    assert dask.config.get("distributed.worker.profile.enabled") is True  # this process's as it was
+
+
 @pytest.mark.distributed
 @pytest.mark.timeout(120)
 def test_a_worker_whose_nanny_the_cluster_gave_up_on_is_replaced(dask_client):
