@@ -239,11 +239,14 @@ def _start_local(c: LocalClusterConfig):
     import dask
     from dask.distributed import LocalCluster
 
-    # the workers take this process's Dask configuration when they start
+    profile = {"distributed": {"worker": {"profile": {"enabled": bool(c.worker_profile)}}}}
+    # a worker process runs with its nanny's Dask configuration, kept in the cluster's worker spec for
+    # a replacement (restore_workers) too; threads (processes=False) read this process's as they start
+    where = {"host": c.host, "config": dask.config.merge(dask.config.config, profile)} if c.processes else {}
     with dask.config.set({"distributed.worker.profile.enabled": bool(c.worker_profile)}):
         return LocalCluster(n_workers=c.n_workers, threads_per_worker=c.threads_per_worker,
                             memory_limit=c.memory_limit, processes=c.processes,
-                            **({"host": c.host} if c.processes else {}),  # threads talk in-process (inproc://)
+                            **where,  # (threads talk in-process: inproc://)
                             timeout=c.timeout_s, **_http_kwargs(c.host, c.dashboard_address))
 
 

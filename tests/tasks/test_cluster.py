@@ -68,15 +68,18 @@ def _busy(seconds):
 def test_worker_profile_false_keeps_no_profile_history_in_the_workers(on):
     """cluster.worker_profile: Dask's profiler samples every worker thread and keeps a profile a
     second (cycle) for an hour: with it off (cluster=local_disk, whose workers' RAM is budgeted)
-    a worker that has computed for 2.5 s holds no history; with it on (the default) it does."""
+    a worker that has computed for 2.5 s holds no history; with it on (the default) it does. A
+    worker started later (as restore_workers replaces a lost one) has the same setting."""
     settings = {"name": "local", "n_workers": 1, "memory_limit": 0, "timeout_s": 60, "worker_profile": on}
     with dask.config.set({"distributed.worker.profile.cycle": "200ms"}):
         with connect(settings) as client:
             assert client.submit(_busy, 2.5, pure=False).result()
             time.sleep(0.5)
-            enabled = client.run(lambda: dask.config.get("distributed.worker.profile.enabled"))
             history = client.run(lambda dask_worker: len(dask_worker.profile_history))
-    assert list(enabled.values()) == [on]
+            client.cluster.scale(2)
+            client.wait_for_workers(2, timeout=60)
+            enabled = client.run(lambda: dask.config.get("distributed.worker.profile.enabled"))
+    assert list(enabled.values()) == [on, on]
     assert (list(history.values())[0] > 0) == on, history
     assert dask.config.get("distributed.worker.profile.enabled") is True  # this process's as it was
 
