@@ -30,9 +30,10 @@ def test_the_bench_runs_the_arms_and_reports_steps_against_one_partition(dask_cl
     for name, r in rows.items():
         assert len(r["step_ms_each"]) == 2 and r["step_ms"] > 0 and r["steps_measured"] == 2
         assert r["blas_threads"] == [1] and f"| {name} |" in table
-    # K = 2 sends activations forward and gradients back: 2 x 8 bytes x 64 rows x (h_1 + h_2 - h_2 on partition 0)
-    assert rows["large_k2"]["MB_per_step"] == rows["large_k2"]["MB_predicted"] == 2 * 8 * 64 * (6 + 6 - 3) / 1e6
-    assert rows["small_k2"]["MB_per_step"] == 2 * 8 * 64 * (4 + 4 - 2) / 1e6
+    # K = 2 sends layer 1's activations forward and gradients back, and each partition's share of the
+    # logit to the other: 8 bytes x 64 rows x (2 h_1 + 2)
+    assert rows["large_k2"]["MB_per_step"] == rows["large_k2"]["MB_predicted"] == 8 * 64 * (2 * 6 + 2) / 1e6
+    assert rows["small_k2"]["MB_per_step"] == 8 * 64 * (2 * 4 + 2) / 1e6
     assert rows["large_k1"]["MB_per_step"] == 0 and rows["large_k1"]["vs_K1"] is None
     each = rows["large_k2"]["vs_K1_each"]
     assert len(each) == 2 and rows["large_k2"]["vs_K1"] == pytest.approx(statistics.median(each), abs=1e-3)

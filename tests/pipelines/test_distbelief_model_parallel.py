@@ -100,7 +100,7 @@ def test_tiny_run_logs_step_time_curves_and_the_ratio_to_one_partition(experimen
     assert arms["small_k1"].data.params["model.hidden"] == "[4, 4]"
     assert arms["large_k1"].data.params["model.hidden"] == "[6, 6]"
     # K = 2 sends each layer's activations and gradients: 2 x 8 bytes x 64 rows x (6 + 6 - 3)
-    assert arms["large_k2"].data.metrics["bytes_per_step"] == 2 * 8 * 64 * (6 + 6 - 3)
+    assert arms["large_k2"].data.metrics["bytes_per_step"] == 8 * 64 * (2 * 6 + 2)  # layer 1 both ways, the logit
     assert arms["large_k1"].data.metrics["bytes_per_step"] == 0
     ratio = arms["large_k2"].data.metrics["speedup_vs_large_k1"]
     medians = {name: run.data.metrics["step_s_median"] for name, run in arms.items()}

@@ -77,13 +77,12 @@ def test_more_partitions_than_units_is_refused():
 @pytest.mark.parametrize("hidden, K", [([5, 7], 2), ([5, 7], 3), ([7, 5, 6], 3), ([4], 3), ([10, 11, 9, 12], 4)])
 def test_bytes_sent_per_step_are_the_count_the_widths_give(hidden, K):
     """Forward, each hidden layer but the last sends its activations to the K - 1 other
-    partitions, and the last hidden layer to partition 0 (the output's) from the others;
-    backward, the same counts of gradients. 8 bytes a value, B rows."""
+    partitions, and backward the same counts of gradients; the last hidden layer sends nothing,
+    each partition sending its share of the logits (one value a row here) to the K - 1 others
+    instead. 8 bytes a value, B rows."""
     B = 13
     X, y, model, w = data((hidden, "tanh", "logistic", 2), n=B)
-    last = hidden[-1]
-    on_zero = -(-last // K)  # partition 0 holds the first, larger block
-    expected = 2 * 8 * B * ((K - 1) * sum(hidden[:-1]) + last - on_zero)
+    expected = 8 * B * (2 * (K - 1) * sum(hidden[:-1]) + K * (K - 1) * 1)
     p = Partitioning(model, K)
     assert partitioned_loss_grad(p, w, X, y)[2] == expected
     assert p.bytes_per_step(B) == expected
@@ -97,17 +96,18 @@ def test_partitions_parameters_are_blocks_of_every_layer_and_add_up_to_the_vecto
     index = np.concatenate([p.param_index(k) for k in range(K)])
     assert np.array_equal(np.sort(index), np.arange(model.n_params))  # disjoint, and cover the vector
     np.testing.assert_array_equal(p.join(p.split(w)), w)
-    # partition k's local vector is, layer after layer, the columns of its units: W_l[:, units], b_l[units]
+    # partition k's local vector is, layer after layer, the columns of its units: W_l[:, units], b_l[units];
+    # the output layer's rows of the last hidden layer's units of k, and its bias on partition 0
     widths = [model.n_features, *net[0], 1 if net[2] == "logistic" else net[3]]
     for k, local in enumerate(p.split(w)):
         expected = []
         for layer, (W, b) in enumerate(model.layers(w), start=1):
-            n_out = widths[layer]
             if layer == len(widths) - 1:
-                units = range(n_out) if k == 0 else range(0)
+                rows = np.array_split(np.arange(widths[layer - 1]), K)[k]
+                expected += [W[rows, :].ravel(), b if k == 0 else b[:0]]
             else:
-                units = np.array_split(np.arange(n_out), K)[k]
-            expected += [W[:, units].ravel(), b[units]]
+                units = np.array_split(np.arange(widths[layer]), K)[k]
+                expected += [W[:, units].ravel(), b[units]]
         np.testing.assert_array_equal(local, np.concatenate(expected))
 
 

@@ -64,7 +64,8 @@ def test_partitioned_replica_equals_sequential_adagrad_and_sends_the_predicted_b
         expected = server.w
     assert result.status == "max_steps"
     np.testing.assert_allclose(result.w, expected, rtol=1e-10, atol=1e-12)
-    predicted = 2 * 8 * B * ((K - 1) * 5 + 7 - (-(-7 // K)))  # layer 1 to all others; layer 2 to partition 0
+    # layer 1's activations and gradients to and from all others; each partition's share of the logit to all others
+    predicted = 8 * B * (2 * (K - 1) * 5 + K * (K - 1))
     assert result.counters["bytes_per_step"] == predicted == result.counters["bytes_per_step_predicted"]
     assert result.trace["bytes_sent"].iloc[-1] == 15 * predicted
     assert result.counters["blas_threads"] == [1]  # threadpoolctl: one BLAS thread per partition
@@ -79,7 +80,7 @@ def test_two_replicas_of_two_partitions_train_together(dask_client, spec):
     (X, y), _ = eval_rows(spec, "mlp", 200)  # the rows the driver evaluates on
     model = build_model(MODEL, spec.n_features, spec.n_train)
     assert trace["train_loss"].iloc[-1] < model.loss(model.init(SEED), X, y) - 0.01, trace
-    assert result.counters["bytes_per_step"] == 2 * 8 * B * (5 + 7 - 4)
+    assert result.counters["bytes_per_step"] == 8 * B * (2 * 5 + 2)
 
 
 def test_a_lost_partition_worker_is_rebuilt_from_the_parameter_server_and_training_goes_on(dask_client, spec,
