@@ -113,6 +113,62 @@ def test_after_the_warmup_an_arm_compiles_nothing(tmp_path):
     assert "NEW []" in out.stdout, out.stdout
 
 
+_ON_DISK_ARM = r"""
+import sys
+from pathlib import Path
+
+import numpy as np
+from numba.core.registry import CPUDispatcher
+
+from tasks.arms import make_solver, warmup
+from tasks.problems import build_problem_on_disk, coordinate_stats, read_only_miniature
+
+folder = Path(sys.argv[1])
+rng = np.random.default_rng(0)
+X = np.asfortranarray(rng.standard_normal((2000, 40)))
+y = np.where(X[:, :4] @ np.array([1.0, -2.0, 0.5, 1.5]) + rng.standard_normal(2000) > 0, 1.0, -1.0)
+np.save(folder / "X.npy", X)
+X = np.load(folder / "X.npy", mmap_mode="r")
+small_X, small_y = read_only_miniature("logistic_l1", X, y)
+# a C at which the warm-up's 64 rows are solved by w = 0 (the L1 logistic's optimality at 0:
+# C max_j |sum_i y_i x_ij| / 2 <= 1) and the whole data is not
+C = 0.5 / (np.abs(small_X.T @ small_y).max() / 2)
+print("TRIVIAL", C * np.abs(small_X.T @ small_y).max() / 2 <= 1, C * np.abs(X.T @ y).max() / 2 <= 1)
+model = {"name": "logistic_l1", "C": float(C), "fit_intercept": False}
+arm = dict(name="duhl", selection="gap", max_epochs=40, tol=1e-6, host_budget=0.25, device="cpu", random_state=0)
+
+def signatures():
+    return {f"{name}.{key}": len(f.signatures) for name, module in list(sys.modules.items())
+            if name.startswith("solvers.") for key, f in vars(module).items() if isinstance(f, CPUDispatcher)}
+
+warmup(model, X, y, {"gap": arm})
+problem = build_problem_on_disk(model, folder, y, coordinate_stats("logistic_l1", folder))
+before = signatures()
+result = make_solver(arm).solve(problem)
+after = signatures()
+print("STATUS", result.status, int(result.trace["round"].iloc[-1]))
+print("NEW", sorted(k for k in after if after[k] != before.get(k, 0)))
+"""
+
+
+def test_after_the_warmup_an_arm_on_disk_compiles_nothing_when_the_miniature_is_solved_at_zero(tmp_path):
+    """DuHL's Python round loop (the data on disk) dispatches its kernels one by one, so the warm-up
+    compiles only those its miniature calls. An L1 classifier's 64 rows at the data's C can be solved
+    by w = 0 at once, before any round; the miniature's C is scaled by the rows it lacks, and its run
+    takes enough epochs for a round that does not certify. A fresh process."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "arm.py"
+    script.write_text(_ON_DISK_ARM)
+    out = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True,
+                         timeout=300, cwd=str(Path(__file__).parents[2]))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "TRIVIAL True False" in out.stdout, out.stdout  # the case: the miniature at 0, the data not
+    assert "STATUS converged" in out.stdout, out.stdout
+    assert "NEW []" in out.stdout, out.stdout
+
+
 @pytest.mark.parametrize("sparse", [False, True])
 def test_the_warmup_writes_twice_the_largest_budget_then_frees_it(sparse, monkeypatch):
     """_first_touch: twice the largest memory_budget among the arms (a share of the data's bytes,
