@@ -43,6 +43,9 @@ EXERCISED = {
     ".venv/bin/python -m benchmarks.distbelief_model_parallel --arms large_k1,large_k2,large_k4,small_k1,small_k2,"
     "small_k4 --repeats 3": "tests/benchmarks/test_distbelief_model_parallel_bench.py::"
                             "test_the_bench_runs_the_arms_and_reports_steps_against_one_partition",
+    ".venv/bin/python -m benchmarks.distbelief_model_parallel --arms large_k1,large_k2 --repeats 5":
+        "tests/benchmarks/test_distbelief_model_parallel_bench.py::"
+        "test_the_bench_runs_the_arms_and_reports_steps_against_one_partition",
     ".venv/bin/python -m benchmarks.distbelief_model_parallel --in-process --arms large_k1,large_k2,large_k4,"
     "small_k1,small_k2,small_k4": "tests/benchmarks/test_distbelief_model_parallel_bench.py::"
                                   "test_in_process_times_every_partitions_work_without_a_cluster",
