@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Mapping, Tuple
 
 import numpy as np
+from scipy.linalg import blas
 
 from solvers.distbelief.models import MLP, activate, activation_slope
 from solvers.glm.checks import Integer, check_params
@@ -170,7 +171,6 @@ class Part:
     def __init__(self, partitioning: Partitioning, k: int, xp=np):
         self.p, self.k, self.xp = partitioning, int(k), xp
         self.model = partitioning.model
-        self.mask = xp.asarray(self.model.reg_mask()[partitioning.param_index(k)])
         self.n_params = int(partitioning.param_index(k).size)
         # every step writes every entry (each block's weights and bias): one buffer for all steps
         self.grad = xp.empty(self.n_params)
@@ -238,7 +238,8 @@ class Part:
                 z = z + (self.own[layer] if j == self.k else received[j])
             loss, dz = self.model.output_loss(z[:, 0] if self.model.output == "logistic" else z, self.y, xp)
             self.data_loss = loss
-            dz = dz[:, None] if self.model.output == "logistic" else dz
+            # the mean's 1/n here, on a few values a row, rather than on the whole gradient in finish
+            dz = (dz[:, None] if self.model.output == "logistic" else dz) * (1.0 / self.n)
             self.shares[layer - 1] = dz @ W.T  # the gradient of our block of a_L: ours alone
             self.deferred.append(("grad", layer, dz))
             return {}
@@ -287,13 +288,19 @@ class Part:
         """(this partition's share of the minibatch objective, the gradient of w_k). The gradient
         is this Part's buffer: read it (or copy it) before the next :meth:`start`."""
         self.settle()
-        alpha = self.model.alpha
-        penalized = self.mask * self.w  # (the mask is 0 or 1: mask w^2 = (mask w)^2)
-        penalty = 0.5 * alpha * float(self.xp.dot(penalized, penalized))
-        loss = (self.data_loss / self.n if self.k == 0 else 0.0) + penalty
-        self.grad /= self.n
-        penalized *= alpha
-        self.grad += penalized
+        alpha, xp = self.model.alpha, self.xp
+        # the penalty is on the weights, not the biases: each block's weights in one pass for its
+        # square and one for the gradient (no masked copy of the whole vector)
+        square = 0.0
+        for layer in self.at:
+            W = self.blocks[layer][0].ravel()
+            gW = self._views(self.grad, layer)[0].ravel()
+            square += float(xp.dot(W, W))
+            if xp is np:
+                blas.get_blas_funcs("axpy", (W, gW))(W, gW, a=alpha)  # in place: gW += alpha W
+            else:
+                gW += alpha * W
+        loss = (self.data_loss / self.n if self.k == 0 else 0.0) + 0.5 * alpha * square
         return loss, self.grad
 
 
