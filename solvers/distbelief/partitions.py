@@ -78,10 +78,6 @@ class Partitioning:
         lo = k * size + min(k, extra)
         return lo, lo + size + (k < extra)
 
-    def owners(self, layer: int) -> List[int]:
-        """The partitions with units in ``layer``."""
-        return [k for k in range(self.n_partitions) if self.width(layer, k)]
-
     def width(self, layer: int, k: int) -> int:
         lo, hi = self.units(layer, k)
         return hi - lo
