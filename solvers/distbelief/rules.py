@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from solvers.glm.checks import check_params
+from solvers.kernels.cache import compiled
 
 RULES = ("adagrad", "fixed")
 
@@ -46,6 +47,9 @@ class Adagrad:
     def apply(self, w, g) -> None:
         """w -= lr g / (sqrt(sum_sq) + eps), in place (the same roundings as written out)."""
         xp = self._xp
+        if xp is np:  # one pass over g, sum_sq and w, where the ufuncs below make seven
+            _adagrad(w, np.asarray(g, dtype=w.dtype), self.sum_sq, self.lr, self.eps)
+            return
         if self._scratch is None or self._scratch[0].shape != self.sum_sq.shape:
             self._scratch = (xp.empty_like(self.sum_sq), xp.empty_like(self.sum_sq))
         denom, step = self._scratch
@@ -62,6 +66,15 @@ class Adagrad:
 
     def load(self, state: dict) -> None:
         self.sum_sq[...] = state["sum_sq"]
+
+
+@compiled
+def _adagrad(w, g, sum_sq, lr, eps):
+    for i in range(w.size):
+        gi = g[i]
+        s = sum_sq[i] + gi * gi
+        sum_sq[i] = s
+        w[i] -= (gi * lr) / (np.sqrt(s) + eps)
 
 
 def make_rule(name: str, size: int, lr: float, xp=np):

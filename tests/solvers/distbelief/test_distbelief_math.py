@@ -46,6 +46,18 @@ def test_adagrad_step_is_gamma_over_root_sum_of_squares():
     np.testing.assert_allclose(w, [-0.5 * 2 / 2 - 0.5 * 1 / np.sqrt(5), 0.5])
 
 
+def test_adagrad_in_one_pass_rounds_as_the_formula_written_out():
+    rng = np.random.default_rng(0)
+    w0, pushes = rng.standard_normal(1000), rng.standard_normal((3, 1000))
+    rule, w = Adagrad(1000, lr=0.3, eps=1e-8), w0.copy()
+    expected, sum_sq = w0.copy(), np.zeros(1000)
+    for g in pushes:
+        rule.apply(w, g)
+        sum_sq = sum_sq + g * g
+        expected = expected - (g * 0.3) / (np.sqrt(sum_sq) + 1e-8)
+    assert np.array_equal(w, expected) and np.array_equal(rule.sum_sq, sum_sq)
+
+
 def test_lbfgs_on_named_vectors_matches_scipy():
     X, y = data(n=200, d=8, seed=3)
     model = make_model("logistic", 8, alpha=1e-2)
