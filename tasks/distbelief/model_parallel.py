@@ -36,6 +36,8 @@ from tasks.distbelief.common import DataSpec, DistBeliefResult, build_model, eva
 from tasks.distbelief.param_server import TIMEOUT_S, ParamShard
 from tasks.distbelief.partition import Inbox, partition_loop
 
+CHECK_EVERY_S = 0.5  # how often a round asks the scheduler which workers live (a lost partition's)
+
 SHARD_PLACEMENTS = ("partitions", "first")
 
 
@@ -214,6 +216,10 @@ def run_model_parallel(client, spec: DataSpec, model_cfg: Mapping[str, Any], *, 
         reports: Dict[int, Dict[int, dict]] = {}
         last_check = time.perf_counter()
         while waiting:
+            try:  # block on a report rather than poll: the partitions' workers need both cores
+                next(iter(waiting.values())).result(timeout=CHECK_EVERY_S)
+            except Exception:  # noqa: BLE001 - not yet, or its worker is gone: both handled below
+                pass
             for key in [key for key, f in waiting.items() if f.done()]:
                 try:
                     report = waiting.pop(key).result()
@@ -221,12 +227,11 @@ def run_model_parallel(client, spec: DataSpec, model_cfg: Mapping[str, Any], *, 
                     report = None
                 if report is not None:
                     reports.setdefault(key[0], {})[key[1]] = report
-            if time.perf_counter() - last_check > 0.1 or not waiting:
+            if time.perf_counter() - last_check > CHECK_EVERY_S or not waiting:
                 last_check = time.perf_counter()
                 for rep in check_replicas(attempts, round_id + 1):
                     waiting = {key: f for key, f in waiting.items() if key[0] != rep.index}
                     reports.pop(rep.index, None)
-            time.sleep(0.002)  # (the partitions time their steps; this only ends the round)
         wall = time.perf_counter() - t0
         train_s["total"] += wall
         return wall, {r: [got[k] for k in sorted(got)] for r, got in reports.items() if len(got) == K}

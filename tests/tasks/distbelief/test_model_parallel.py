@@ -9,7 +9,10 @@ the code under test has a timeout; the runs are bounded by max_steps.
 """
 
 import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,6 +22,8 @@ from solvers.distbelief.rules import make_rule
 from tasks.data import SphereData, load_dataset
 from tasks.distbelief.common import build_model, data_spec, eval_rows, live_workers, load_rows
 from tasks.distbelief.model_parallel import run_model_parallel
+
+ROOT = Path(__file__).resolve().parents[3]
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(180)]
 MODEL = {"name": "mlp", "hidden": [5, 7], "alpha": 1e-3}  # widths 2 and 3 partitions do not divide
@@ -114,3 +119,35 @@ def test_a_lost_partition_worker_is_rebuilt_from_the_parameter_server_and_traini
     # the replica's first stream for round 0, then (rebuilt: attempt 1) a fresh one for rounds 1 to 3
     expected = adagrad_sgd(spec, model.init(SEED), [(SEED, 5), (SEED + 10007, 15)])
     np.testing.assert_allclose(result.w, expected, rtol=1e-10, atol=1e-12)
+
+
+def test_a_partitions_worker_reuses_the_memory_it_frees():
+    """Dask's workers run with MALLOC_TRIM_THRESHOLD_ set, so that every array of 128 KiB or more
+    is mapped afresh and page-faults as it is written: a network's step allocates the same arrays
+    each time. In a thread (as a partition runs) of a process started so, a 512 KiB array freed and
+    allocated again faults on each of its 128 pages; after reuse_freed_memory, on none."""
+    code = """
+import resource, threading, numpy as np
+from tasks.distbelief.partition import reuse_freed_memory
+
+out = []
+
+def faults(n=50):
+    a = np.empty(1 << 16); a[:] = 1.0; del a  # the arena's first growth, left out
+    before = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
+    for _ in range(n):
+        a = np.empty(1 << 16); a[:] = 1.0; del a
+    out.append((resource.getrusage(resource.RUSAGE_THREAD).ru_minflt - before) / n)
+
+def run():
+    faults(); out.append(reuse_freed_memory()); faults()
+
+thread = threading.Thread(target=run); thread.start(); thread.join()
+print(*out)
+"""
+    env = {**os.environ, "MALLOC_TRIM_THRESHOLD_": "65536"}  # as Dask's nannies start a worker
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    fresh, applied, reused = done.stdout.split()
+    assert applied == "True"
+    assert float(fresh) >= 128 and float(reused) < 1, done.stdout
