@@ -64,6 +64,12 @@ EXERCISED = {
     ".venv/bin/python -m benchmarks.distbelief_model_parallel":
         "tests/benchmarks/test_distbelief_model_parallel_bench.py::"
         "test_the_bench_runs_the_arms_and_reports_steps_against_one_partition",
+    ".venv/bin/python -m benchmarks.distbelief_model_parallel --arms large_k1,large_k2 --repeats 3":
+        "tests/benchmarks/test_distbelief_model_parallel_bench.py::"
+        "test_the_bench_runs_the_arms_and_reports_steps_against_one_partition",
+    ".venv/bin/python -m benchmarks.distbelief_model_parallel --repeats 3":
+        "tests/benchmarks/test_distbelief_model_parallel_bench.py::"
+        "test_the_bench_runs_the_arms_and_reports_steps_against_one_partition",
     'make experiment ARGS="tracking=none progress=false"': TINY_RUN,
     'make experiment ARGS="+experiment.arms.importance.selection=importance"': TINY_RUN,
     'make experiment ARGS="+experiment.arms.sk={name:peer_sklearn}"': TINY_RUN,
