@@ -33,11 +33,13 @@ START_TIMEOUT_S = 60.0  # a child that never says it is ready (only a broken for
 
 
 class FitCut(Exception):
-    """The fit ran for its limit and was killed (``seconds``: how long it ran)."""
+    """The fit (or its build, ``building``) ran for its limit and was killed (``seconds``: how
+    long it ran)."""
 
-    def __init__(self, seconds: float):
-        super().__init__(f"the fit ran {seconds:.3f} s, its limit, and was stopped")
-        self.seconds = seconds
+    def __init__(self, seconds: float, building: bool = False):
+        what = "the fit's build" if building else "the fit"
+        super().__init__(f"{what} ran {seconds:.3f} s, its limit, and was stopped")
+        self.seconds, self.building = seconds, building
 
 
 def _die_with_parent(parent: int) -> None:
@@ -87,7 +89,7 @@ class StoppableFits:
     """``with StoppableFits(make_fit) as fits: result, seconds = fits.run(key, limit)``: each
     ``make_fit(key)()`` runs in one forked child; ``fits.startup_s``: the fork until the child
     was ready (not counted in any fit). Raises :class:`FitCut` when a fit ran ``limit``
-    seconds (``None``: no limit; the child is killed, no fit runs after), the fit's own
+    seconds, or its build did (``None``: no limit; the child is killed, no fit runs after), the fit's own
     exception when it raised one, RuntimeError when the child died without a word. A signal
     handler's exception in the parent (SIGTERM's SystemExit, Ctrl-C's KeyboardInterrupt)
     propagates at once; the child is always killed and reaped on exit."""
@@ -125,7 +127,13 @@ class StoppableFits:
             self.conn.send(key)
         except OSError:  # a child that died: said by _receive
             pass
-        message = self._receive(None)  # after the build (untimed: it may copy or hash the data)
+        # after the build (untimed: it may copy or hash the data), which gets the same limit: a fit
+        # whose build alone outlasts the time left has no time to run
+        asked = time.perf_counter()
+        message = self._receive(None if limit is None else asked + max(limit, 0.0))
+        if message is None:
+            self._stop()
+            raise FitCut(time.perf_counter() - asked, building=True)
         if message[0] == "error":
             raise message[1]
         started = message[1]

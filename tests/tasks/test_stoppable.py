@@ -45,6 +45,22 @@ def test_a_fit_past_its_limit_is_killed_and_no_fit_runs_after():
             child.run("long", 0.5)
 
 
+def test_a_build_past_the_fits_limit_is_killed_too():
+    """A fit's build is untimed but not unbounded: Vowpal Wabbit's --bfgs workspace on a million
+    rows was seen building for more than 8 minutes of an arm's 300 s."""
+    def make_fit(key):
+        time.sleep(60)
+        return lambda: "never"
+
+    with StoppableFits(make_fit) as child:
+        pid = child.pid
+        start = time.perf_counter()
+        with pytest.raises(FitCut, match="build") as cut:
+            child.run("slow build", 0.5)
+        assert cut.value.building and 0.5 <= cut.value.seconds < 0.5 + SLACK_S
+        assert time.perf_counter() - start < 0.5 + SLACK_S and _gone(pid)
+
+
 def test_the_fits_exception_is_raised_in_the_parent_and_the_child_serves_on():
     def bad():
         raise ValueError("The 'alpha' parameter of Lasso must be >= 0. Got -1 instead.")
