@@ -267,6 +267,9 @@ def run_model_parallel(client, spec: DataSpec, model_cfg: Mapping[str, Any], *, 
     done_steps = 0
     sent = {"bytes": 0.0, "samples": 0.0}
     per_step: List[np.ndarray] = []
+    # Dask's statistical profiler wakes in each worker every 10 ms and takes its GIL to walk the
+    # threads' stacks; a K > 1 step needs every partition's core at the same moments
+    paused = client.run(_pause_profiler, workers=workers, on_error="return")
     try:
         for k in range(K):
             start_shard(k, workers[k % len(workers)] if shards_on == "partitions" else workers[0])
@@ -294,6 +297,7 @@ def run_model_parallel(client, spec: DataSpec, model_cfg: Mapping[str, Any], *, 
                 status = "max_time"
     finally:
         ends = [end for rep in replicas for end in stop_replica(rep, timeout)]
+        client.run(_resume_profiler, workers=[w for w, was in paused.items() if was is True], on_error="ignore")
     w = read_w()
     client.cancel([*shard_futures, *inputs])
     trace = pd.DataFrame(rows)
@@ -313,6 +317,23 @@ def run_model_parallel(client, spec: DataSpec, model_cfg: Mapping[str, Any], *, 
     last = rows[-1]
     return DistBeliefResult(trace=trace, status=status, time_s=last["time_s"], train_loss=last["train_loss"],
                             test_accuracy=last["test_accuracy"], w=w, failures=failures, counters=counters)
+
+
+PROFILER = ("profile", "profile-cycle")  # the worker's periodic callbacks of its profiler
+
+
+def _pause_profiler(dask_worker) -> bool:
+    """Stop the worker's profiler (on its event loop, as client.run calls it); True if it ran."""
+    running = [c for c in (dask_worker.periodic_callbacks.get(name) for name in PROFILER) if c and c.is_running()]
+    for callback in running:
+        callback.stop()
+    return bool(running)
+
+
+def _resume_profiler(dask_worker) -> None:
+    for callback in (dask_worker.periodic_callbacks.get(name) for name in PROFILER):
+        if callback is not None:
+            callback.start()
 
 
 def _median_of(reports: Mapping[int, List[dict]], column: int) -> float:

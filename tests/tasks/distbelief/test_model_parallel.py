@@ -77,9 +77,19 @@ def test_partitioned_replica_equals_sequential_adagrad_and_sends_the_predicted_b
     assert result.trace["samples"].iloc[-1] == 15 * B and result.failures == []
 
 
+def _profiling(dask_worker):
+    profiler = dask_worker.periodic_callbacks.get("profile")
+    return profiler is not None and profiler.is_running()
+
+
 def test_two_replicas_of_two_partitions_train_together(dask_client, spec):
+    """... with Dask's profiler paused on the workers while they train, and running again after."""
+    assert set(dask_client.run(_profiling).values()) == {True}
+    during = {}
     result = run_model_parallel(dask_client, spec, MODEL, n_partitions=2, n_replicas=2, rule="adagrad", lr=LR,
-                                batch_size=B, steps_per_round=10, max_steps=30, seed=SEED, n_eval=200, timeout=30)
+                                batch_size=B, steps_per_round=10, max_steps=30, seed=SEED, n_eval=200, timeout=30,
+                                on_start=lambda _: during.update(dask_client.run(_profiling)))
+    assert set(during.values()) == {False} and set(dask_client.run(_profiling).values()) == {True}
     trace = result.trace
     assert list(trace["replicas"]) == [2, 2, 2] and trace["samples"].iloc[-1] == 2 * 30 * B, trace
     (X, y), _ = eval_rows(spec, "mlp", 200)  # the rows the driver evaluates on
