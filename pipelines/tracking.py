@@ -100,15 +100,17 @@ def run_tags(device: str) -> Dict[str, str]:
 
 
 TERMINATED = threading.Event()  # set when SIGTERM arrived (the sweep run ends KILLED, not FAILED)
-# the main thread's store calls in progress, and a SIGTERM that came during one, raised when it ends (a call
-# cut mid-transaction can keep the run's KILLED from being written: a CI run left an arm RUNNING)
+# the main thread's store calls in progress, and a SIGTERM or Ctrl-C that came during one, raised when it ends
+# (a call cut mid-transaction can keep the run's KILLED from being written: CI runs left an arm RUNNING)
 _IN_CALL = {"depth": 0, "pending": 0}
+_CTRL_C = -1  # pending: a KeyboardInterrupt (else the exit code of a SIGTERM)
 
 
 def stop_on_sigterm() -> None:
     """`kill`, CI time-outs and schedulers send SIGTERM, which would end Python without
     unwinding: exit by SystemExit(143) (128 + 15, the signal convention) instead, so every
-    open run ends KILLED, as on Ctrl-C; inside a tracking call, once that call has ended."""
+    open run ends KILLED, as on Ctrl-C; inside a tracking call, once that call has ended. Ctrl-C's
+    KeyboardInterrupt waits for the call's end too (unless this process ignores SIGINT)."""
     def terminate(signum: int, frame: Any) -> None:
         TERMINATED.set()
         if _IN_CALL["depth"]:
@@ -116,8 +118,16 @@ def stop_on_sigterm() -> None:
             return
         raise SystemExit(128 + signum)
 
+    def interrupt(signum: int, frame: Any) -> None:
+        if _IN_CALL["depth"]:
+            _IN_CALL["pending"] = _IN_CALL["pending"] or _CTRL_C
+            return
+        raise KeyboardInterrupt
+
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, terminate)
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            signal.signal(signal.SIGINT, interrupt)
 
 
 def _pid_alive(pid: int) -> bool:
@@ -205,6 +215,8 @@ class Tracker:
             self.seconds += time.perf_counter() - start
         if main and _IN_CALL["pending"] and not _IN_CALL["depth"]:  # raised once: the KILLED calls run through
             code, _IN_CALL["pending"] = _IN_CALL["pending"], 0
+            if code == _CTRL_C:
+                raise KeyboardInterrupt
             raise SystemExit(code)
 
     def _experiment(self, name: str) -> str:

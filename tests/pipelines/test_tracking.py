@@ -156,3 +156,45 @@ def test_a_sigterm_inside_a_store_call_ends_the_runs_killed_after_the_call(track
     client = MlflowClient(tracker.uri)
     assert client.get_run(child_id).data.tags["k"] == "v"  # the call the signal came in finished
     assert {client.get_run(r).info.status for r in (parent_id, child_id)} == {"KILLED"}
+
+
+def test_a_ctrl_c_inside_a_store_call_ends_the_runs_killed_after_the_call(tracker, monkeypatch):
+    """The same for Ctrl-C (SIGINT): its KeyboardInterrupt is raised when the store call it came in
+    ends, not inside it (CI once left an arm RUNNING after a Ctrl-C, with the right exit code)."""
+    import os
+    import signal
+    import threading
+
+    import pipelines.tracking as tracking
+
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signal handlers are installed from the main thread only")
+    previous = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    real_log_batch = tracker.client.log_batch
+    finished_inside = []
+
+    def log_batch_with_a_ctrl_c(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGINT)  # the handler runs here, inside the call
+        done = real_log_batch(*args, **kwargs)
+        finished_inside.append(True)
+        return done
+
+    try:
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # as Python starts from a terminal
+        tracking.stop_on_sigterm()
+        with pytest.raises(KeyboardInterrupt):
+            with tracker.run("parent") as parent_id:
+                with tracker.run("child", parent_id) as child_id:
+                    monkeypatch.setattr(tracker.client, "log_batch", log_batch_with_a_ctrl_c)
+                    tracker.set_tags(child_id, {"k": "v"})
+                    monkeypatch.setattr(tracker.client, "log_batch", real_log_batch)
+                    raise AssertionError("the Ctrl-C was not raised when the call ended")
+    finally:
+        signal.signal(signal.SIGINT, previous[0])
+        signal.signal(signal.SIGTERM, previous[1])
+        tracking._IN_CALL.update(depth=0, pending=0)
+    assert finished_inside == [True]
+    client = MlflowClient(tracker.uri)
+    assert client.get_run(child_id).data.tags["k"] == "v"  # the call the signal came in finished
+    assert {client.get_run(r).info.status for r in (parent_id, child_id)} == {"KILLED"}
+
