@@ -267,8 +267,8 @@ def run_model_parallel(client, spec: DataSpec, model_cfg: Mapping[str, Any], *, 
     done_steps = 0
     sent = {"bytes": 0.0, "samples": 0.0}
     per_step: List[np.ndarray] = []
-    # Dask's statistical profiler wakes in each worker every 10 ms and takes its GIL to walk the
-    # threads' stacks; a K > 1 step needs every partition's core at the same moments
+    # paused while the partitions run: Dask's sampling profiler takes each worker's GIL to walk its
+    # threads' stacks, and a K > 1 step needs every partition's core at the same moments
     paused = client.run(_pause_profiler, workers=workers, on_error="return")
     try:
         for k in range(K):
