@@ -12,12 +12,15 @@ from __future__ import annotations
 import inspect
 import multiprocessing
 import os
+import pickle
+import tempfile
 import time
-from concurrent.futures import CancelledError, ProcessPoolExecutor
+from concurrent.futures import CancelledError
 from typing import Any, Callable, Mapping, Optional
 
 import numpy as np
 import scipy.sparse as sp
+from numba.core import event as numba_event
 
 from solvers.duhl.budget import parse_budget
 from solvers.duhl.block.devices import NoCudaDevice, check_device  # noqa: F401 (re-exported for pipelines)
@@ -100,14 +103,30 @@ def miniature_model(model_cfg: Mapping[str, Any], n_samples: int, n_small: int) 
     return cfg
 
 
-def compile_miniature(model_cfg: Mapping[str, Any], X, y, runs) -> None:
-    """In a child process of the warm-up: ``runs`` (DuHL settings) on the miniature (X, y), so that
-    what they compile lands in Numba's on-disk cache."""
+def compile_miniature(path: str) -> None:
+    """In a child process of the warm-up: the pickled (model settings, X, y, runs) at ``path``,
+    ``runs`` (DuHL settings) on the miniature (X, y), so that what they compile lands in Numba's
+    on-disk cache."""
+    with open(path, "rb") as f:
+        model_cfg, X, y, runs = pickle.load(f)
     for array in ((X.data, X.indices, X.indptr) if sp.issparse(X) else (X,)) + (y,):
         array.setflags(write=False)  # (a pickled array arrives writable: Numba compiles read-only ones apart)
     problem = build_problem(model_cfg, X, y)
     for run in runs:
         make_solver(run).solve(problem)
+
+
+class _Compiles(numba_event.Listener):
+    """Counts Numba's compilations (a function loaded from its on-disk cache is not one)."""
+
+    def __init__(self):
+        self.count = 0
+
+    def on_start(self, event):
+        self.count += 1
+
+    def on_end(self, event):
+        pass
 
 
 def warmup(model_cfg: Mapping[str, Any], X, y, arms: Mapping[str, Mapping[str, Any]]) -> float:
@@ -116,20 +135,41 @@ def warmup(model_cfg: Mapping[str, Any], X, y, arms: Mapping[str, Mapping[str, A
     model, dtype, layout, sparsity, read-only, round loop) or loads it from Numba's cache. The
     round loops the arms use compile side by side, one in a child process for each but the first
     (on a first run most of the warm-up is compiling; Numba compiles one function at a time in a
-    process), each into Numba's cache, which the arms' own runs then load. Returns seconds."""
+    process), each into Numba's cache, which the arms' own runs then load. When this process's
+    loop compiles nothing, its code came from the cache, and so, most likely, does the others':
+    the children are stopped and this process loads it, rather than wait seconds for a child to
+    import its modules. Returns seconds."""
     start = time.perf_counter()
     small_X, small_y = read_only_miniature(model_cfg["name"], X, y)
     model_cfg = miniature_model(model_cfg, X.shape[0], small_X.shape[0])
     problem = build_problem(model_cfg, small_X, small_y)
     groups = _miniature_runs(arms)
-    if len(groups) > 1 and (os.cpu_count() or 1) > 1:
-        context = multiprocessing.get_context("spawn")  # no fork of a process with threads
-        with ProcessPoolExecutor(min(len(groups) - 1, os.cpu_count() - 1), mp_context=context) as pool:
-            children = [pool.submit(compile_miniature, dict(model_cfg), small_X, small_y, runs) for runs in groups[1:]]
-            for run in groups[0]:
-                make_solver(run).solve(problem)
+    context = multiprocessing.get_context("spawn")  # no fork of a process with threads
+    with tempfile.TemporaryDirectory(prefix="duhl-warmup-") as folder:
+        children = []
+        # a child gets its miniature from a file: passed to start() it would make start() wait,
+        # a pipe's buffer full, until the child has imported its modules
+        for k, runs in enumerate(groups[1:(os.cpu_count() or 1)]):
+            path = os.path.join(folder, f"group{k}.pickle")
+            with open(path, "wb") as f:
+                pickle.dump((dict(model_cfg), small_X, small_y, runs), f, protocol=pickle.HIGHEST_PROTOCOL)
+            children.append(context.Process(target=compile_miniature, args=(path,), daemon=True))
+        try:
             for child in children:
-                child.exception()  # a child that failed only leaves its compiling to this process
+                child.start()
+            compiles = _Compiles()
+            with numba_event.install_listener("numba:compile", compiles):
+                for run in groups[0] if groups else []:
+                    make_solver(run).solve(problem)
+            for child in children:
+                if not compiles.count:
+                    child.terminate()  # (Numba writes a cache file under a temporary name, then renames it)
+                child.join()  # a child that failed or was stopped leaves its compiling to the arms' runs below
+        finally:
+            for child in children:
+                if child.is_alive():
+                    child.terminate()
+                    child.join()
     for settings in arms.values():
         if not getattr(solver_class(settings), "warmup", True):
             continue  # nothing to compile

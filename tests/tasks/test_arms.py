@@ -206,3 +206,61 @@ def test_the_warmup_touches_the_blocks_pages_after_compiling(monkeypatch):
     warmup({"name": "lasso", "alpha": 0.1}, X, y, {"duhl-gap": {"name": "duhl", "memory_budget": 0.25},
                                                    "resident": {"name": "duhl"}})
     assert calls[0] == "solve" and calls[-1] == "touch" and calls.count("touch") == 1
+
+
+class _RecordedContext:
+    """multiprocessing's spawn context, keeping the processes the warm-up starts."""
+
+    def __init__(self):
+        import multiprocessing
+
+        self.context = multiprocessing.get_context("spawn")
+        self.started = []
+
+    def Process(self, *args, **kwargs):
+        process = self.context.Process(*args, **kwargs)
+        self.started.append(process)
+        return process
+
+
+TWO_LOOPS = {"duhl-gap": {"name": "duhl", "memory_budget": 0.25}, "resident": {"name": "duhl"}}
+
+
+@pytest.mark.skipif(__import__("os").cpu_count() < 2, reason="the warm-up starts no child on one core")
+def test_a_warmup_whose_loop_compiled_nothing_stops_its_child_and_leaves_no_file(monkeypatch, tmp_path):
+    """Code that came from Numba's cache (here: compiled by the first warm-up in this process) means a
+    child would only spend seconds importing: the second warm-up stops it (SIGTERM) instead of waiting,
+    and removes the file the child would have read its miniature from."""
+    import signal
+    import tempfile
+
+    import tasks.arms as arms_module
+
+    rng = np.random.default_rng(0)
+    X, y = rng.standard_normal((60, 8)), rng.standard_normal(60)
+    warmup({"name": "lasso", "alpha": 0.1}, X, y, TWO_LOOPS)
+    recorded = _RecordedContext()
+    monkeypatch.setattr(arms_module.multiprocessing, "get_context", lambda method: recorded)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    warmup({"name": "lasso", "alpha": 0.1}, X, y, TWO_LOOPS)
+    assert [p.exitcode for p in recorded.started] == [-signal.SIGTERM]
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(__import__("os").cpu_count() < 2, reason="the warm-up starts no child on one core")
+def test_a_warmup_whose_loop_compiled_waits_for_its_child(monkeypatch):
+    """When this process compiled (a first run), the child compiles the other loop to its end."""
+    import tasks.arms as arms_module
+
+    class CompiledOnce(arms_module._Compiles):
+        def __init__(self):
+            super().__init__()
+            self.count = 1
+
+    recorded = _RecordedContext()
+    monkeypatch.setattr(arms_module.multiprocessing, "get_context", lambda method: recorded)
+    monkeypatch.setattr(arms_module, "_Compiles", CompiledOnce)
+    rng = np.random.default_rng(0)
+    X, y = rng.standard_normal((60, 8)), rng.standard_normal(60)
+    warmup({"name": "lasso", "alpha": 0.1}, X, y, TWO_LOOPS)
+    assert [p.exitcode for p in recorded.started] == [0]
