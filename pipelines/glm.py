@@ -252,9 +252,14 @@ def run(cfg: DictConfig, plan: Plan, tracker: Any, tags: Dict[str, str], run_nam
         what = f"{plan.model['name']}, {dataset.X.dtype}{' sparse' if sp.issparse(dataset.X) else ' dense'}"
         with console.status(f"warm-up: compiling the kernels the arms use ({what}; a first run only, "
                             "then loaded from Numba's cache)"):
-            warmup_s = warmup(plan.model, dataset.X, dataset.y, plan.arms)
-        console.print(f"warm-up (kernels for {what}, compiled or loaded from Numba's cache): {warmup_s:.2f}s, "
-                      "not counted in any arm")
+            warm = warmup(plan.model, dataset.X, dataset.y, plan.arms)
+        warmup_s = warm.seconds
+        if warm.compiled:
+            console.print(f"warm-up: compiled the kernels for {what} in {warmup_s:.2f}s (a first run; Numba's cache "
+                          "keeps them for the next), not counted in any arm")
+        else:
+            console.print(f"warm-up: the kernels for {what} loaded from Numba's cache in {warmup_s:.2f}s, not counted "
+                          "in any arm")
         if on_disk:
             # a sparse dataset's store (LIBSVM, Criteo) has no X.npy: its entries are read instead
             probe = dataset.path / "X.npy" if dataset.store is None else dataset.path
@@ -318,7 +323,8 @@ def run(cfg: DictConfig, plan: Plan, tracker: Any, tags: Dict[str, str], run_nam
         wall_s = time.perf_counter() - started
         overhead = tracker.seconds / wall_s
         tracker.log_metrics(parent_id, {**{k: report.significant(v) for k, v in speedups.items()},
-                                        "warmup_s": warmup_s, "wall_s": wall_s, "tracking_overhead": overhead,
+                                        "warmup_s": warmup_s, "warmup_compiled": warm.compiled, "wall_s": wall_s,
+                                        "tracking_overhead": overhead,
                                         "tracking_s": tracker.seconds, "tracking_setup_s": tracker.setup_s})
     if tracker.enabled:
         console.print(f"tracking: {tracker.seconds:.2f}s in MLflow calls = {overhead:.1%} of {wall_s:.1f}s "

@@ -16,7 +16,7 @@ import pickle
 import tempfile
 import time
 from concurrent.futures import CancelledError
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Mapping, NamedTuple, Optional
 
 import numpy as np
 import scipy.sparse as sp
@@ -129,7 +129,14 @@ class _Compiles(numba_event.Listener):
         pass
 
 
-def warmup(model_cfg: Mapping[str, Any], X, y, arms: Mapping[str, Mapping[str, Any]]) -> float:
+class WarmUp(NamedTuple):
+    """What :func:`warmup` did: its seconds, and how many functions Numba compiled in this process
+    (0: every kernel came from Numba's on-disk cache)."""
+    seconds: float
+    compiled: int
+
+
+def warmup(model_cfg: Mapping[str, Any], X, y, arms: Mapping[str, Mapping[str, Any]]) -> WarmUp:
     """Compile before any arm is timed, so no arm pays for compilation: every arm for two epochs
     on a read-only miniature of the data, which compiles just what the real data needs (the
     model, dtype, layout, sparsity, read-only, round loop) or loads it from Numba's cache. The
@@ -138,12 +145,35 @@ def warmup(model_cfg: Mapping[str, Any], X, y, arms: Mapping[str, Mapping[str, A
     process), each into Numba's cache, which the arms' own runs then load. When this process's
     loop compiles nothing, its code came from the cache, and so, most likely, does the others':
     the children are stopped and this process loads it, rather than wait seconds for a child to
-    import its modules. Returns seconds."""
+    import its modules."""
     start = time.perf_counter()
     small_X, small_y = read_only_miniature(model_cfg["name"], X, y)
     model_cfg = miniature_model(model_cfg, X.shape[0], small_X.shape[0])
     problem = build_problem(model_cfg, small_X, small_y)
     groups = _miniature_runs(arms)
+    compiles = _Compiles()
+    with numba_event.install_listener("numba:compile", compiles):
+        _compile_loops(model_cfg, small_X, small_y, problem, groups, compiles)
+        for settings in arms.values():
+            if not getattr(solver_class(settings), "warmup", True):
+                continue  # nothing to compile
+            small = {**settings, "max_epochs": 2, "tol": 0.0, "max_time": None, "host_budget": None,
+                     "memory_budget": None if settings.get("memory_budget") is None else 0.5}
+            if getattr(solver_class(settings), "library", None) is not None:
+                make_solver(small).warm_up(problem)  # a peer: its first fit, in this process (its fits fork from it)
+            else:
+                make_solver(small).solve(problem)
+                if settings.get("host_budget") is not None and solver_class(settings) in (DuHL, DISTRIBUTED_ARMS["cocoa"]):
+                    # the data on disk runs DuHL's Python round loop (CoCoA+'s parts too), the miniature in RAM the
+                    # compiled one
+                    DuHL(memory_budget=0.5, loop="python", max_epochs=PYTHON_LOOP_EPOCHS, tol=0.0).solve(problem)
+    _first_touch(X, arms)  # last: a first run's compilation, tens of seconds, would leave its pages cold again
+    return WarmUp(time.perf_counter() - start, compiles.count)
+
+
+def _compile_loops(model_cfg, small_X, small_y, problem, groups, compiles: _Compiles) -> None:
+    """The first group of miniature runs in this process, each other one in a child process (as
+    many as there are other cores)."""
     context = multiprocessing.get_context("spawn")  # no fork of a process with threads
     with tempfile.TemporaryDirectory(prefix="duhl-warmup-") as folder:
         children = []
@@ -157,34 +187,17 @@ def warmup(model_cfg: Mapping[str, Any], X, y, arms: Mapping[str, Mapping[str, A
         try:
             for child in children:
                 child.start()
-            compiles = _Compiles()
-            with numba_event.install_listener("numba:compile", compiles):
-                for run in groups[0] if groups else []:
-                    make_solver(run).solve(problem)
+            for run in groups[0] if groups else []:
+                make_solver(run).solve(problem)
             for child in children:
                 if not compiles.count:
                     child.terminate()  # (Numba writes a cache file under a temporary name, then renames it)
-                child.join()  # a child that failed or was stopped leaves its compiling to the arms' runs below
+                child.join()  # a child that failed or was stopped leaves its compiling to the arms' runs after
         finally:
             for child in children:
                 if child.is_alive():
                     child.terminate()
                     child.join()
-    for settings in arms.values():
-        if not getattr(solver_class(settings), "warmup", True):
-            continue  # nothing to compile
-        small = {**settings, "max_epochs": 2, "tol": 0.0, "max_time": None, "host_budget": None,
-                 "memory_budget": None if settings.get("memory_budget") is None else 0.5}
-        if getattr(solver_class(settings), "library", None) is not None:
-            make_solver(small).warm_up(problem)  # a peer: its first fit, in this process (its fits fork from it)
-        else:
-            make_solver(small).solve(problem)
-            if settings.get("host_budget") is not None and solver_class(settings) in (DuHL, DISTRIBUTED_ARMS["cocoa"]):
-                # the data on disk runs DuHL's Python round loop (CoCoA+'s parts too), the miniature in RAM the
-                # compiled one
-                DuHL(memory_budget=0.5, loop="python", max_epochs=PYTHON_LOOP_EPOCHS, tol=0.0).solve(problem)
-    _first_touch(X, arms)  # last: a first run's compilation, tens of seconds, would leave its pages cold again
-    return time.perf_counter() - start
 
 
 def warm_workers(client, model_cfg: Mapping[str, Any], X, y, arms: Mapping[str, Mapping[str, Any]]) -> float:

@@ -29,6 +29,18 @@ def test_smoke_single_run_writes_the_config_and_tracks_it(cli, tmp_path):
     assert "config.yaml" in names
 
 
+def test_a_second_run_compiles_nothing_and_says_so(cli):
+    """Numba's cache keeps what the first run compiled: the same experiment again loads every kernel,
+    and its warm-up line and `warmup_compiled` say so."""
+    cli(*TINY, "experiment=single")  # compiles, or loads what an earlier test compiled
+    done = cli(*TINY, "experiment=single")
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = [line for line in done.stdout.splitlines() if line.startswith("warm-up:")]
+    assert len(lines) == 1 and "loaded from Numba's cache in" in lines[0], done.stdout
+    runs = [r for r in all_runs(cli.uri) if "warmup_compiled" in r.data.metrics]
+    assert len(runs) == 2 and min(r.data.metrics["warmup_compiled"] for r in runs) == 0
+
+
 def test_unknown_option_exits_with_one_line_and_no_run(cli):
     done = cli(*TINY, "model=nope")
     assert done.returncode != 0 and "Traceback" not in done.stderr

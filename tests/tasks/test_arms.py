@@ -242,7 +242,7 @@ def test_a_warmup_whose_loop_compiled_nothing_stops_its_child_and_leaves_no_file
     recorded = _RecordedContext()
     monkeypatch.setattr(arms_module.multiprocessing, "get_context", lambda method: recorded)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    warmup({"name": "lasso", "alpha": 0.1}, X, y, TWO_LOOPS)
+    assert warmup({"name": "lasso", "alpha": 0.1}, X, y, TWO_LOOPS).compiled == 0
     assert [p.exitcode for p in recorded.started] == [-signal.SIGTERM]
     assert list(tmp_path.iterdir()) == []
 
