@@ -36,7 +36,7 @@ import numpy as np
 
 from solvers.duhl.block.resident import make_resident_set
 from solvers.duhl.budget import is_sparse_on_disk, parse_budget, split_budget, update_budget
-from solvers.duhl.loops.python import solve_python
+from solvers.duhl.loops.python import host_state_bytes, solve_python
 from solvers.duhl.loops.resident import solve_resident
 from solvers.duhl.loops.rounds import MAX_PASSES_PER_ROUND
 from solvers.duhl.loops.swap import routes, solve_swap
@@ -47,6 +47,13 @@ from solvers.storage.ram_tier import RamTier
 
 DuHLResult = SolveResult  # the name callers know
 ANDERSON_K = 5  # passes between extrapolations (skglm's K)
+
+
+def _size_up(nbytes):
+    """A size string of at least ``nbytes``: whole MB below a GB, else GB to one decimal."""
+    if nbytes < 10**9:
+        return f"'{-(-nbytes // 10**6)}MB'"
+    return f"'{-(-nbytes // 10**8) / 10:.1f}GB'"
 
 
 class DuHL:
@@ -278,11 +285,17 @@ class DuHL:
             raise ValueError(f"{self.owner}: with the data on disk and device='cpu' the block is the RAM "
                              f"tier, sized by 'host_budget'; leave 'memory_budget' None "
                              f"(got {self.memory_budget!r}).")
-        if sparse:  # RAM for data: the block, two read buffers (gaps, the block's reads), indptr, the signs
+        if sparse:
             A = problem.A
-            buffer = max(1 << 13, min(DEFAULT_BUFFER_BYTES, budget // 8) >> 12 << 12)  # whole 4 KB blocks
+            index = A.store.indptr.nbytes + (0 if A.scale is None else A.scale.nbytes)
+            ram = isinstance(self.host_budget, str)  # RAM: everything that grows with the data, the solver's too
+            room = budget - index - host_state_bytes(problem) if ram else budget
+            buffer = max(1 << 13, min(DEFAULT_BUFFER_BYTES, room // 8) >> 12 << 12)  # whole 4 KB blocks
             A.buffer_bytes = buffer
-            fixed = 2 * buffer + A.store.indptr.nbytes + (0 if A.scale is None else A.scale.nbytes)
+            if ram:
+                fixed = self._sparse_reserve(problem, budget, buffer, index)
+            else:  # a share of the data: the block, two read buffers (gaps, the block's reads), indptr, the signs
+                fixed = 2 * buffer + index
             if self.prefetch not in ("auto", 0, 0.0):
                 self._notes.append("prefetch: a sparse store's block reads its rows at the swap (no staging): ignored")
             return problem, self._budget_bytes(problem, "host_budget", reserved=fixed)
@@ -290,6 +303,25 @@ class DuHL:
         buffer = max(2 * row, min(DEFAULT_BUFFER_BYTES, budget // 8) // row * row)
         problem.A.buffer_bytes = buffer
         return problem, self._budget_bytes(problem, "host_budget", reserved=buffer)
+
+    def _sparse_reserve(self, problem, budget, buffer, index):
+        """What a sparse store's solve takes from ``host_budget`` bytes of RAM beside the block:
+        ``index`` (row pointers, signs), three read buffers' worth (the gaps' reads, the block's reads,
+        a gap pass's scratch) and the loop's state; an error naming the least that works."""
+        state = host_state_bytes(problem)
+        fixed = 3 * buffer + index + state
+        largest = int(problem.coord_bytes.max())
+        n = problem.n_coords
+        if budget - fixed < largest:
+            raise ValueError(
+                f"The 'host_budget' parameter of {self.owner} ({self.host_budget!r} = {budget} bytes) is below what "
+                f"the solve keeps beside the block: {state} bytes of solver state for {n} coordinates "
+                f"({state / n:.0f} a coordinate), {index} of row pointers and signs, {3 * buffer} of read buffers. "
+                f"Set it to at least {_size_up(fixed + 16 * largest)}, or to a share of the data (e.g. 0.25).")
+        self._notes.append(f"host_budget {self.host_budget!r}: {index / 1e9:.3f} GB row pointers and signs, "
+                           f"{state / 1e9:.3f} GB the solver's state ({state / n:.0f} bytes a coordinate), "
+                           f"{3 * buffer / 1e9:.3f} GB read buffers, {(budget - fixed) / 1e9:.3f} GB the block")
+        return fixed
 
     def _gpu_under_ram_tier(self, problem, host):
         """Data on disk, a GPU: ``host`` bytes of RAM (read buffers included) hold the GPU

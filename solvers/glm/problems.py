@@ -81,8 +81,9 @@ class Problem:
 
     @property
     def coord_bytes(self):
-        """Bytes of each coordinate's data (values, plus int32 indices when sparse): a copy of
-        the numbers kept for this A (a solve asks several times; a copy costs a fifth)."""
+        """Bytes of each coordinate's data (values, plus int32 indices when sparse), computed once
+        for this A and shared, not copied (8 bytes a coordinate: a copy per caller would be a large
+        share of what a solve from disk keeps per sample); callers only read it."""
         kept = self.__dict__.get("_coord_bytes")
         if kept is None or kept[0] is not self.A:
             if self.sparse:
@@ -93,7 +94,7 @@ class Problem:
             else:
                 counts = np.full(self.n_coords, self.A.shape[1] * self.A.itemsize, dtype=np.int64)
             kept = self.__dict__["_coord_bytes"] = (self.A, counts)
-        return kept[1].copy()
+        return kept[1]
 
     def zero_state(self):
         """(z, off) at a = 0."""

@@ -38,6 +38,8 @@ from solvers.storage.sparse_store import SparseStore
 __all__ = ["SparseBlock", "SparseOnDisk"]
 
 DEFAULT_BUFFER_BYTES = 64 << 20  # the gap / A^T a buffer (two halves), as OnDisk's
+GAP_SCRATCH = 128  # bytes a coordinate a gap pass allocates at most (dots, signs, outputs, indexes)
+MIN_GAP_CHUNK = 4096  # coordinates: a small buffer still takes a gap pass in few calls
 INT32_MAX = np.iinfo(np.int32).max
 _ONE = np.ones(1)
 _NO_OFF = np.zeros(1)
@@ -233,11 +235,14 @@ class SparseOnDisk:
         """Entries of each coordinate (of ``coords``; default all) as delivered, the intercept's included."""
         indptr = self.store.indptr
         counts = np.diff(indptr) if coords is None else indptr[coords + 1] - indptr[coords]
-        return counts + (self.intercept is not None)
+        counts += self.intercept is not None  # in place: one array of a coordinate's size
+        return counts
 
     def coordinate_bytes(self) -> np.ndarray:
         """Bytes each coordinate takes in a block in RAM (indices and values)."""
-        return self.coord_nnz() * (self.store.index_dtype.itemsize + self.dtype.itemsize)
+        counts = self.coord_nnz()
+        counts *= self.store.index_dtype.itemsize + self.dtype.itemsize
+        return counts
 
     def disk_bytes(self) -> np.ndarray:
         """Bytes of each coordinate's entries in the store's files (unaligned)."""
@@ -268,12 +273,25 @@ class SparseOnDisk:
         return None if self.scale is None else self.scale[coords]
 
     # ------------------------------------------------------------------ gaps ---
+    @property
+    def gap_chunk(self) -> int:
+        """Coordinates a gap pass takes at once: its scratch (about GAP_SCRATCH bytes a coordinate)
+        within one read buffer, whatever the number of coordinates asked."""
+        return max(MIN_GAP_CHUNK, self.buffer_bytes // GAP_SCRATCH)
+
     def gaps(self, coords, a, z, off, mu, c, theta, out, out_s):
-        """out[k], out_s[k] = gap and s = <A_i, u> of coordinate coords[k] at (a, z, off)."""
+        """out[k], out_s[k] = gap and s = <A_i, u> of coordinate coords[k] at (a, z, off), a
+        ``gap_chunk`` of coordinates at a time (each coordinate's gap is its own: the same values)."""
         coords = self.reader.check_coords(coords, "SparseOnDisk.gaps")
-        if not coords.size:
-            return
-        u, inv = np.unique(coords, return_inverse=True)
+        step = self.gap_chunk
+        for lo in range(0, coords.shape[0], step):
+            self._gaps(coords[lo:lo + step], a, z, off, mu, c, theta, out[lo:lo + step], out_s[lo:lo + step])
+
+    def _gaps(self, coords, a, z, off, mu, c, theta, out, out_s):
+        if coords.shape[0] < 2 or bool((coords[1:] > coords[:-1]).all()):  # sorted, distinct: as DuHL asks
+            u, inv = coords, None
+        else:
+            u, inv = np.unique(coords, return_inverse=True)
         raw = self._dots(u, a, z, mu, c, theta)
         s = raw if self.scale is None else raw * self.scale[u]  # exact for signs: y_i <x_i, z> = <y_i x_i, z>
         if self.intercept is not None:  # the constant's entry, last in the row as in RAM
@@ -283,13 +301,14 @@ class SparseOnDisk:
         if shift != 0.0:
             s = s - shift * mu[u]
         # the gap of each s by the same compiled kernel: rows of one entry s against z = [1], off = 0
-        gap_u, s_u = np.empty(u.size), np.empty(u.size)
+        gap_u, s_u = (out, out_s) if inv is None else (np.empty(u.size), np.empty(u.size))
         start = time.perf_counter()
         cpu.gaps_sparse(np.arange(u.size + 1, dtype=np.int64), np.zeros(u.size, self.store.index_dtype), s,
                         np.arange(u.size, dtype=np.int64), u, a, _ONE, _NO_OFF, mu, c, theta, gap_u, s_u)
         self.compute_s += time.perf_counter() - start
-        out[:] = gap_u[inv]
-        out_s[:] = s_u[inv]
+        if inv is not None:
+            out[:] = gap_u[inv]
+            out_s[:] = s_u[inv]
 
     def _dots(self, u, a, z, mu, c, theta):
         """<x_i, z> of the store's coordinates ``u`` (sorted, distinct; no factor, no intercept),

@@ -16,6 +16,9 @@ import numpy as np
 
 from solvers.duhl.block.gap_block import gap_block_coords
 from solvers.kernels import cpu
+from solvers.kernels.cache import compiled
+
+_NO_ORDER = np.zeros(0, dtype=np.int64)
 
 
 def stream(rng):
@@ -29,6 +32,21 @@ def fill(order, coord_bytes, budget):
     """The longest prefix of ``order`` whose bytes fit in ``budget``."""
     used = np.cumsum(coord_bytes[order])
     return order[: int(np.searchsorted(used, budget, side="right"))]
+
+
+@compiled
+def fitting(order, start, coord_bytes, budget):
+    """How many of the coordinates ``order`` (empty: start, start + 1, ... round robin) fit in
+    ``budget`` bytes taken in turn: :func:`fill`'s prefix, without an array of n sums."""
+    n = order.shape[0] if order.shape[0] else coord_bytes.shape[0]
+    used, k = 0, 0
+    while k < n:
+        i = order[k] if order.shape[0] else (start + k) % n
+        if used + coord_bytes[i] > budget:
+            break
+        used += coord_bytes[i]
+        k += 1
+    return k
 
 
 class Policy:
@@ -63,6 +81,13 @@ class Policy:
             chosen, self._next = self._next, None
         elif self.name == "gap":
             chosen = gap_block_coords(gap_memory, resident_mask, self.coord_bytes, self.budget)
+        elif self.name == "sequential":  # the blocks of a sequential pass, without an order of all n
+            n = self.coord_bytes.shape[0]
+            k = fitting(_NO_ORDER, self.cursor, self.coord_bytes, self.budget)
+            chosen = (self.cursor + np.arange(k)) % n
+        elif self.name == "random":
+            order = self._order(gap_memory, resident_mask)
+            chosen = order[: fitting(order, 0, self.coord_bytes, self.budget)].copy()  # (the order of all n freed)
         else:
             chosen = fill(self._order(gap_memory, resident_mask), self.coord_bytes, self.budget)
         if self.name == "sequential":

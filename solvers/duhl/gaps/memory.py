@@ -72,30 +72,38 @@ def dual_step(z_old, z, shift_old, shift, centred, path):
 
 
 @compiled
-def write_gaps(coords, new_gaps, new_s, path, gaps, s, at, proven_mask):
-    """The gaps and s of ``coords`` computed when the dual path's length was ``path``."""
+def write_gaps(coords, new_gaps, new_s, mark, gaps, s, stamps, proven_mask):
+    """The gaps and s of ``coords``, computed when the dual path's length was the mark ``mark``."""
     for j in range(coords.shape[0]):
         i = coords[j]
         gaps[i], s[i] = new_gaps[j], new_s[j]
-        at[i, 0], at[i, 1] = path[0], path[1]
+        if stamps.shape[0]:
+            stamps[i] = mark
         proven_mask[i] = False
 
 
 @compiled
-def prove_stale(fresh, theta, a, s, norms, mu, path, at, u_norm, proven_mask, gaps):
-    """Marks proven (gap 0) the coordinates not ``fresh`` whose gap the bound proves 0 now."""
+def prove_stale(fresh, theta, a, s, sqnorm, mu, path, marks, stamps, u_norm, proven_mask, gaps):
+    """Marks proven (gap 0) the coordinates not ``fresh`` whose gap the bound proves 0 now
+    (``mu`` empty: no intercept)."""
     for i in range(fresh.shape[0]):
-        if not fresh[i] and proven(theta, a[i], s[i], norms[i], mu[i], path, at[i], u_norm):
+        if not fresh[i] and proven(theta, a[i], s[i], np.sqrt(sqnorm[i]), mu[i] if mu.shape[0] else 0.0, path,
+                                   marks[stamps[i]], u_norm):
             proven_mask[i] = True
             gaps[i] = 0.0
 
 
 class GapMemory:
-    """Every coordinate's last known gap and s_i, and which are fresh, proven or stale."""
+    """Every coordinate's last known gap and s_i, and which are fresh, proven or stale.
 
-    def __init__(self, gaps, s, coord_bytes, theta=None, norms=None, mu=None):
-        """``theta``: the model's parameters (None: nothing is ever proven); ``norms``: sqrt of
-        each coordinate's centred squared norm; ``mu``: its mean (the intercept's share of s_i)."""
+    What it keeps per coordinate is most of what a solve from disk keeps beside the data
+    (:func:`solvers.duhl.loops.python.host_state_bytes`), so the dual path's lengths are kept once
+    per move (``marks``) and each s_i holds the index of its mark (4 bytes, not the two lengths'
+    16), and only for models that can prove gaps."""
+
+    def __init__(self, gaps, s, coord_bytes, theta=None, sqnorm=None, mu=None):
+        """``theta``: the model's parameters (None: nothing is ever proven); ``sqnorm``: each
+        coordinate's centred squared norm; ``mu``: its mean (the intercept's share of s_i)."""
         self.gaps = np.asarray(gaps, dtype=np.float64)
         self.s = np.asarray(s, dtype=np.float64)
         self.coord_bytes = coord_bytes
@@ -105,11 +113,13 @@ class GapMemory:
         self.fresh = np.ones(n, dtype=bool)
         self.proven = np.zeros(n, dtype=bool)
         self.theta = theta
-        self.norms = norms
+        self.sqnorm = sqnorm
         self.mu = None if mu is None or not np.any(mu) else np.abs(mu)
-        self._mu = np.zeros(n) if self.mu is None else self.mu
         self.path = np.zeros(2)           # how far u has moved: (centred part, intercept part)
-        self.at = np.zeros((n, 2))        # the path's length when each s_i was computed
+        self.marks = np.zeros((16, 2))    # the path's length at each move: marks[:self.mark + 1]
+        self.mark = 0
+        # which mark each s_i was computed at (int32 while there are fewer moves than 2^31)
+        self.stamps = np.zeros(n if theta is not None else 0, dtype=np.int32)
 
     def stale(self):
         """Coordinates whose gap at the current state is unknown, in coordinate order."""
@@ -123,7 +133,8 @@ class GapMemory:
         """(sum of gaps, max |s_i|) over the memory: exact when every entry is known. (A proven
         entry's stale |s_i| is below l1, as its current one is: it never moves the rescaled
         certificate's max past l1.)"""
-        return float(self.gaps.sum()), float(np.abs(self.s).max(initial=0.0))
+        s_max = np.maximum(self.s.max(initial=0.0), -self.s.min(initial=0.0))  # max |s_i| without a copy
+        return float(self.gaps.sum()), float(s_max)
 
     def bytes(self, coords):
         """The data bytes of ``coords``."""
@@ -131,7 +142,7 @@ class GapMemory:
 
     def refresh(self, coords, gaps, s):
         """Gaps of ``coords`` computed at the state the fresh entries hold."""
-        write_gaps(coords, gaps, s, self.path, self.gaps, self.s, self.at, self.proven)
+        write_gaps(coords, gaps, s, self.mark, self.gaps, self.s, self.stamps, self.proven)
 
     def moved(self, coords, gaps, s, step=None, a=None, u_norm=0.0):
         """The state moved on: only ``coords`` (the block's gaps at the new state) are fresh.
@@ -139,13 +150,25 @@ class GapMemory:
         bound proves get gap 0 (``u_norm``: ||z|| now, for s_i's rounding)."""
         if step is not None:
             self.path = self.path + step
+            if self.stamps.shape[0]:
+                self._new_mark()
         self.fresh[:] = False
         self.fresh[coords] = True
         self.proven[:] = False
-        write_gaps(coords, gaps, s, self.path, self.gaps, self.s, self.at, self.proven)
+        write_gaps(coords, gaps, s, self.mark, self.gaps, self.s, self.stamps, self.proven)
         if step is not None and self.theta is not None:
-            prove_stale(self.fresh, self.theta, a, self.s, self.norms, self._mu, self.path, self.at, u_norm,
-                        self.proven, self.gaps)
+            prove_stale(self.fresh, self.theta, a, self.s, self.sqnorm, self._mu_abs(), self.path, self.marks,
+                        self.stamps, u_norm, self.proven, self.gaps)
+
+    def _new_mark(self):
+        """The path's length now, as the next mark."""
+        self.mark += 1
+        if self.mark == self.marks.shape[0]:
+            self.marks = np.concatenate([self.marks, np.zeros_like(self.marks)])
+        self.marks[self.mark] = self.path
+
+    def _mu_abs(self):
+        return np.zeros(0) if self.mu is None else self.mu
 
 
 # ------------------------------------------------------------- refresh plan and certifier ---

@@ -47,6 +47,21 @@ from solvers.storage.ram_tier import RamTier, ram_choice
 
 # A host refresh smaller than this runs in the main thread: a thread hand-off costs more.
 INLINE_BYTES = 1 << 18
+# What the loop keeps per coordinate beside the data: a and the round's start copy of it, the gap
+# memory (gap, s, the proofs' stamp, fresh, proven), the resident mask, each coordinate's bytes ...
+KEPT_BYTES = 8 + 8 + 8 + 8 + 4 + 1 + 1 + 1 + 8
+# ... what it allocates per coordinate for a moment, at most: the gap selection's mask, keys,
+# candidates and block, and the block's list (a refresh's stale list and plan take less) ...
+SCRATCH_BYTES = 1 + 8 + 8 + 8 + 8
+# ... and per entry of z (a feature of a dual model, a sample of the Lasso family): z, its start
+# copy, and v returned
+Z_BYTES = 3 * 8
+
+
+def host_state_bytes(problem):
+    """The RAM this loop takes beside the data and the reader's buffers, at most: a sparse store's
+    solve reserves it from ``host_budget``, which then holds everything that grows with the data."""
+    return problem.n_coords * (KEPT_BYTES + SCRATCH_BYTES) + problem.A.shape[1] * Z_BYTES
 
 
 class _Done:
@@ -117,12 +132,28 @@ def solve_python(solver, problem, rset, a, z, off, rng, trace, t0, iterates):
         certifier.certified(rnd)
         return gap, gap <= tol_abs
 
+    # the host's gap passes write into the memory a chunk of coordinates at a time (on disk: what
+    # the reader's buffer bounds), so that their outputs never take RAM in proportion to n
+    chunk = problem.A.gap_chunk if hasattr(problem.A, "gap_chunk") else max(1, n)
+
+    def refresh(st, coords):
+        """The gaps of ``coords`` at the state ``st`` into the memory."""
+        for lo in range(0, coords.shape[0], chunk):
+            part = coords[lo:lo + chunk]
+            memory.refresh(part, *problem.coordinate_gaps(*st, part, with_s=True))
+
     fresh_first = refresh_first(solver.device, problem)
     # gaps at the start state, all known: the first selection and round 0's row
     # refresh "all" computes every gap each round: nothing to prove (and the kernels' values,
     # e.g. a fused multiply-add's 1e-18 where the exact gap is 0, decide the selection)
     proofs = provable(problem) if solver.refresh != "all" else {}
-    memory = GapMemory(*problem.coordinate_gaps(a, z, off, with_s=True), coord_bytes, **proofs)
+    if chunk >= n:  # every coordinate at once (coords=None: a problem may note the start state's pass)
+        memory = GapMemory(*problem.coordinate_gaps(a, z, off, with_s=True), coord_bytes, **proofs)
+    else:
+        memory = GapMemory(np.empty(n), np.empty(n), coord_bytes, **proofs)
+        for lo in range(0, n, chunk):
+            part = np.arange(lo, min(n, lo + chunk))
+            memory.refresh(part, *problem.coordinate_gaps(a, z, off, part, with_s=True))
     centred = memory.mu is not None
     m = z.shape[0]
     ratio = refresh_ratio(solver.refresh, problem)
@@ -137,6 +168,7 @@ def solve_python(solver, problem, rset, a, z, off, rng, trace, t0, iterates):
     resident = np.zeros(n, dtype=bool)
     schedule = GapSchedule(tol_abs, solver.gap_every)
     certifier = RefreshPlan(solver.refresh != "all", on_disk and ratio > 0)  # (no refresh: the schedule alone)
+    snapshot = (np.empty_like(a), np.empty_like(z), np.empty_like(off))  # a round's start state, for the host
     active = None                        # the coordinates visited (shrinking), None: all resident
     share = shrink_cut(problem.theta)    # shrinking's cut, a share of the mean gap (0: gap 0 only)
 
@@ -144,8 +176,9 @@ def solve_python(solver, problem, rset, a, z, off, rng, trace, t0, iterates):
         while status is None:
             if fresh_first and rnd > 0 and not resident.all():
                 stale, exact, todo = refresh_plan(rnd + 1)
-                memory.refresh(todo, *problem.coordinate_gaps(a, z, off, todo, with_s=True))
+                refresh(state, todo)
                 estimate, converged = start_row(rnd + 1, state, stale, todo, exact, updates, swaps)
+                stale = todo = None  # (RAM in proportion to the stale gaps: not kept through the round)
                 if converged:
                     status = "converged"
                     break
@@ -182,28 +215,31 @@ def solve_python(solver, problem, rset, a, z, off, rng, trace, t0, iterates):
             # else the host reads the start state while the device moves on from it (a small
             # refresh costs less than a thread hand-off: done here, before the round)
             beside = not fresh_first or whole
-            snapshot = (a.copy(), z.copy(), off.copy())
-            if beside:
-                stale, exact, todo = refresh_plan(rnd)
-                if memory.bytes(todo) >= INLINE_BYTES:
-                    job = host.submit(problem.coordinate_gaps, *snapshot, todo, with_s=True)
-                else:
-                    job = _Done(problem.coordinate_gaps(*snapshot, todo, with_s=True))
-            # what the next swap will likely bring in travels while the device computes
+            for now, kept in zip(state, snapshot):
+                np.copyto(kept, now)
+            # what the next swap will likely bring in travels while the device computes (read
+            # before the host's refresh writes the memory: the gaps as the round found them)
             upcoming = (policy.peek(memory.gaps, resident, rset.staging_bytes)
                         if rset.staging_bytes and not whole else None)
+            if beside:  # the host writes the memory while the device runs: nothing reads it meanwhile
+                stale, exact, todo = refresh_plan(rnd)
+                if memory.bytes(todo) >= INLINE_BYTES:
+                    job = host.submit(refresh, snapshot, todo)
+                else:
+                    job = _Done(refresh(snapshot, todo))
             done, dev_coords, dev_gaps, dev_s = rset.run_round(state, orders, passes, active=active,
                                                                limit=max_updates - updates,
                                                                prefetch=upcoming)
             updates += done
             if beside:
-                memory.refresh(todo, *job.result())
+                job.result()
             if beside and (stale.size or not (whole or end_recorded)):  # a row for the start state
                 estimate, converged = start_row(rnd, snapshot, stale, todo, exact, start_updates, start_swaps)
                 if converged:
                     a[:], z[:], off[:] = snapshot
                     status = "converged"
                     break
+            stale = todo = None
             step = np.zeros(2)  # how far u moved, and ||z||
             u_norm = dual_step(snapshot[1], z, problem.c * m * snapshot[2][0], problem.c * m * off[0], centred, step)
             memory.moved(dev_coords, dev_gaps, dev_s, step=step, a=a, u_norm=u_norm)
@@ -228,7 +264,6 @@ def solve_python(solver, problem, rset, a, z, off, rng, trace, t0, iterates):
         if on_disk and not solver.certify_end:  # the caller certifies elsewhere: no read for it here
             return status, rnd, updates, dual_best, measured, False
         # the last round's end state has no row yet: the stale gaps (if any) give its exact gap
-        stale = memory.stale()
-        memory.refresh(stale, *problem.coordinate_gaps(a, z, off, stale, with_s=True))
+        refresh(state, memory.stale())
         record(rnd, state, memory.estimate(), updates, swaps)
     return status, rnd, updates, dual_best, measured, True

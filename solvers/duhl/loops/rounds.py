@@ -1,7 +1,6 @@
 """A round's shape, the same in every loop: epochs on the block, passes worth of them, where the
 stale gaps' refresh goes, how much of it there is, and what proves gaps without data."""
 
-import numpy as np
 
 # A round does about ``local_epochs`` epochs' worth of updates however far shrinking has gone:
 # passes over the visited coordinates, at most this many.
@@ -49,4 +48,4 @@ def provable(problem):
     """The gap memory's arguments for proving gaps 0 without data (models with a ``zero_gap``)."""
     if problem.model.zero_gap is None:
         return {}
-    return {"theta": problem.theta, "norms": np.sqrt(problem.sqnorm), "mu": problem.mu}
+    return {"theta": problem.theta, "sqnorm": problem.sqnorm, "mu": problem.mu}

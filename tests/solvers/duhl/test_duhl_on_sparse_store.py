@@ -7,6 +7,8 @@ Oracles: scikit-learn's optimum (coordinate descent at tol 1e-13, liblinear and 
 tests.solvers.glm_oracles) with the certificate's bound P - P* <= gap; /proc/self/io for the bytes
 read."""
 
+import re
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -135,3 +137,66 @@ def test_a_classifier_from_a_store_takes_the_dual_or_says_the_primal_is_not_supp
     assert any("the dual formulation: the data on disk is sample-major" in n for n in fitted.history_.attrs["notes"])
     with pytest.raises(ValueError, match="penalty='l1' solves the primal .* not supported from a sparse store"):
         LogisticRegression(penalty="l1", fit_intercept=False, host_budget=0.5).fit(store, labels)
+
+
+def click_rows(n=60000, d=4000, nnz=20, seed=7):
+    """Binary rows of ``nnz`` features each (click-like), labels from a sparse linear model."""
+    rng = np.random.default_rng(seed)
+    indices = np.sort(rng.choice(d, size=(n, nnz), replace=True), axis=1)
+    X = sp.csr_matrix((np.ones(n * nnz), indices.ravel(), np.arange(0, n * nnz + 1, nnz)), shape=(n, d))
+    X.sum_duplicates()
+    X.data[:] = 1.0
+    w = np.where(rng.random(d) < 0.05, rng.standard_normal(d), 0.0)
+    return X, np.where(X @ w + 0.3 * rng.standard_normal(n) > 0, 1.0, -1.0)
+
+
+@pytest.mark.parametrize("model,selection", [("logistic", "gap"), ("logistic", "sequential"),
+                                             ("logistic", "random"), ("hinge", "gap"), ("lasso", "gap")])
+def test_a_size_host_budget_bounds_everything_the_solve_allocates(tmp_path, model, selection):
+    """host_budget as a size is the RAM for everything that grows with the data: what the solve
+    allocates (tracemalloc: NumPy's buffers; the block, the read buffers, the solver's state per
+    sample) stays within it, less the row pointers and signs that the problem already holds, while
+    the block holds part of the data. Oracle: the budget the user set."""
+    import tracemalloc
+
+    X, labels = click_rows()
+    if model == "lasso":
+        store = write_sparse_store(tmp_path, X.tocsc(), layout="csc")
+        alpha = 0.05 * float(np.abs(X.T @ labels).max()) / X.shape[0]
+        problem = make_problem_on_disk("lasso", SparseOnDisk(store), labels, alpha=alpha, fit_intercept=False)
+    else:
+        store = write_sparse_store(tmp_path, X, layout="csr", binary=True)
+        name, extra = CLASSIFICATION[model]
+        problem = make_problem_on_disk(name, SparseOnDisk(store), labels, C=0.1, fit_intercept=False, **extra)
+    data_bytes = int(problem.coord_bytes.sum())
+    budget = data_bytes // 2 + 80 * problem.n_coords + 24 * problem.A.shape[1]  # the state and half the data
+    index = problem.A.store.indptr.nbytes + (0 if problem.A.scale is None else problem.A.scale.nbytes)
+    def solver(epochs):
+        return DuHL(host_budget=f"{budget}B", selection=selection, max_epochs=epochs, tol=0.0, random_state=0)
+
+    solver(0.05).solve(problem)  # the kernels loaded first: what Numba allocates for itself is not the data's
+    tracemalloc.start()
+    try:
+        res = solver(3).solve(problem)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert res.trace.n_resident.max() < problem.n_coords and res.epochs >= 3
+    assert peak <= budget - index, (peak, budget - index)
+    split = [note for note in res.notes if note.startswith(f"host_budget '{budget}B'")]
+    assert split and "the solver's state" in split[0]
+
+
+def test_a_size_host_budget_too_small_for_the_solvers_state_names_one_that_works(tmp_path):
+    """A host_budget below the solver's state stops at once with one line naming the parameter, its
+    value and a size that holds the state; that size then trains."""
+    X, labels = click_rows(n=20000)
+    store = write_sparse_store(tmp_path, X, layout="csr", binary=True)
+    problem = make_problem_on_disk("logistic", SparseOnDisk(store), labels, C=0.1, fit_intercept=False)
+    with pytest.raises(ValueError, match=r"The 'host_budget' parameter of DuHL \('1MB' = 1000000 bytes\) is below "
+                                         r"what the solve keeps beside the block: .* Set it to at least '(\d+)MB'") as err:
+        DuHL(host_budget="1MB").solve(problem)
+    assert "\n" not in str(err.value)
+    size = re.search(r"at least '(\d+MB)'", str(err.value)).group(1)
+    res = DuHL(host_budget=size, max_epochs=0.1, tol=0.0, random_state=0).solve(problem)
+    assert res.trace.n_resident.max() < problem.n_coords
