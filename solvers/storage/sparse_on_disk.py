@@ -38,7 +38,7 @@ from solvers.storage.sparse_store import SparseStore
 __all__ = ["SparseBlock", "SparseOnDisk"]
 
 DEFAULT_BUFFER_BYTES = 64 << 20  # the gap / A^T a buffer (two halves), as OnDisk's
-GAP_SCRATCH = 128  # bytes a coordinate a gap pass allocates at most (dots, signs, outputs, indexes)
+GAP_SCRATCH = 128  # about the bytes a coordinate a gap pass allocates (dots, signs, outputs, indexes)
 MIN_GAP_CHUNK = 4096  # coordinates: a small buffer still takes a gap pass in few calls
 INT32_MAX = np.iinfo(np.int32).max
 _ONE = np.ones(1)
