@@ -174,7 +174,9 @@ def test_a_size_host_budget_bounds_everything_the_solve_allocates(tmp_path, mode
     def solver(epochs):
         return DuHL(host_budget=f"{budget}B", selection=selection, max_epochs=epochs, tol=0.0, random_state=0)
 
-    solver(0.05).solve(problem)  # the kernels loaded first: what Numba allocates for itself is not the data's
+    # the same solve first (deterministic: the same kernels), so that none compiles while traced:
+    # what Numba's compiler allocates is not the solve's
+    solver(3).solve(problem)
     tracemalloc.start()
     try:
         res = solver(3).solve(problem)
