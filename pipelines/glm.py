@@ -134,12 +134,13 @@ def check_disk_arms(cluster: Any, data: Any, arms: Dict[str, Dict[str, Any]]) ->
 
 def dual_only(plan: Plan, dataset: Any) -> Optional[str]:
     """Why this run needs a classifier's dual side where both exist (dual="auto" then takes it), or
-    None: CoCoA+ and DIANA arms solve classifiers in the dual here; a sparse store on disk serves
+    None: CoCoA+ arms partition a classifier's samples unless told otherwise (its dual; model.dual=false
+    or an L1 penalty partitions its features), DIANA solves its own primal; a sparse store on disk serves
     the dual's CSR rows (the primal reads a dense feature-major X.npy from disk); the logistic
     loss's main arm holding part of the data in its memory budget does better in the dual
     (solvers.glm.models.sides)."""
     kinds = {s.get("name") for s in plan.arms.values()}
-    why = {"cocoa": "CoCoA+ solves classifiers in the dual here (samples as coordinates)",
+    why = {"cocoa": "CoCoA+ partitions a classifier's samples unless model.dual=false (its features)",
            "diana": "DIANA's L2 logistic regression is the registry's 'logistic' (it solves it in the primal itself)"}
     reasons = [text for kind, text in why.items() if kind in kinds]
     if reasons:

@@ -21,6 +21,14 @@ c' = sigma' c and the local state z' = z + c' A_[k] da, off' = off / sigma' +
 mu_[k] . da: the same SCD kernel minimises it (:mod:`solvers.distributed_glm.cocoa_part`).
 The driver sets z += gamma c sum_k dv_k, off += gamma sum_k d_off_k.
 
+A classifier in the primal (features as coordinates: L1, elastic-net or L2 logistic
+regression, the squared hinge) has a loss of the margins f(v) = C sum_k loss(v_k), L-smooth
+with L = sup loss'' (C/4, 2C), as its data term. Its local subproblem is the same G_k with
+grad f(v) = z and c' = sigma' L: f's quadratic bound, as Smith et al., "CoCoA: A General
+Framework for Communication-Efficient Distributed Optimization", JMLR 2018 (ProxCoCoA+ when
+g is the L1 norm); each part solves it in the quadratic form (cocoa_part.local_form). The
+driver adds the margins' changes, v += gamma sum_k dv_k, and sets z = grad f(v).
+
 The duality gap is a sum of coordinate gaps, so each part sums its own at the
 broadcast state; the driver adds K numbers. A round's gaps are those of the
 state the round starts from, so every reported gap is exact; on convergence
@@ -189,10 +197,6 @@ class CoCoA:
         from the data is set-up, like DIANA's smoothness constant: it depends on the data
         and the partition only, is done before the clock starts and is reported apart."""
         self._validate()
-        if problem.loss:
-            raise ValueError(f"CoCoA's local subproblems here are the quadratic data term's; {problem.name} (a "
-                             "classifier in the primal, a loss of the margins) is not supported: solve it with "
-                             "DuHL, or its dual side (model.dual=true) with CoCoA.")
         if self.n_parts > problem.n_coords:
             raise ValueError(f"The 'n_parts' parameter of CoCoA ({self.n_parts}) is above the number of "
                              f"coordinates ({problem.n_coords}).")
@@ -220,7 +224,7 @@ class CoCoA:
         if a.any():  # (a skeleton problem's executor starts from a = 0)
             z, off = problem.state_from(a)
         else:
-            z, off = -problem.c * problem.b, np.zeros(1)
+            z, off = problem.state_of(np.zeros(problem.A.shape[1]))
         tol_abs = self.tol * problem.P0
         P0 = problem.P0 if problem.P0 > 0 else 1.0
         rows = []
@@ -287,15 +291,22 @@ class CoCoA:
                 for h, r in zip(shifts, results):
                     estimate += h + r.message
                     h += (1.0 if exact else alpha) * r.message  # in place: specs[k]["h0"] follows
-                z = problem.c * (estimate - problem.b)
+                if not problem.loss:
+                    z = problem.c * (estimate - problem.b)
+            # a loss of the margins: v moves by the messages, and z = grad f(v) follows
+            v = (estimate if compressed else off[1:].copy()) if problem.loss else None
             for k, (s, r) in enumerate(zip(specs, results)):
                 part_bits[k] += r.bits
-                if not compressed:
+                if problem.loss and not compressed:
+                    v += g * r.message
+                elif not compressed:
                     z += (g * problem.c) * r.message
                 off[0] += g * r.d_off
                 a[s["lo"]:s["hi"]] += g * r.da
                 bytes_dv += r.message.nbytes
                 bits += r.bits
+            if problem.loss:
+                z, off = problem.state_of(v)
             updates += sum(r.updates for r in results)  # (H epochs of each part's coordinates; on disk, of its block)
             certified = not compressed or exact
             exact = compressed and not exact and gap <= tol_abs  # an estimate at the target: verify
@@ -315,7 +326,7 @@ class CoCoA:
             z, off = problem.state_from(a)
         primal, dual, gap = problem.objectives(a, z, off, gap=None if not problem.info.get("skeleton")
                                                else rows[-1]["gap"])
-        v = z / problem.c + problem.b
+        v = problem.v_of(z, off)
         return CocoaResult(a=a, v=v, trace=frame, status=status, primal=primal, dual=dual, gap=gap,
                            rel_gap=gap / P0, time_s=rows[-1]["time_s"], epochs=updates / n,
                            n_rounds=rnd, bytes_dv=bytes_dv, bits_sent=bits, sigma=sigma, sigma_s=setup_s, notes=notes,

@@ -41,6 +41,7 @@ import numpy as np
 from solvers.distributed_glm.compression import FLOAT_BITS, make_compressor
 from solvers.duhl.budget import parse_budget
 from solvers.duhl.solver import DuHL
+from solvers.glm.models import quadratic_majorant
 from solvers.glm.problems import Problem
 from solvers.kernels import cpu
 from solvers.storage.on_disk import DEFAULT_BUFFER_BYTES
@@ -86,6 +87,19 @@ def sub_problem(problem, lo, hi):
     A = problem.A[lo:hi]
     return replace(problem, A=A, mu=np.asarray(problem.mu[lo:hi]), sqnorm=np.asarray(problem.sqnorm[lo:hi]),
                    info=dict(problem.info, coords=(lo, hi)))
+
+
+def local_form(problem):
+    """(the quadratic-term problem a part's local subproblems are posed in, f's smoothness): for the
+    quadratic term, the problem itself and c. For a loss of the margins (a classifier in the primal,
+    A = the signed features), f's quadratic bound at the broadcast state, as ProxCoCoA+ (Smith et al.,
+    "CoCoA: A General Framework for Communication-Efficient Distributed Optimization", JMLR 2018):
+    the same A and g under c = 1, b = 0 and the loss's smoothness L, so that the local subproblem
+    <grad f(v), A_[k] da> + (sigma' L / 2) ||A_[k] da||^2 + g is the quadratic one with c' = sigma' L."""
+    if not problem.loss:
+        return problem, problem.c
+    smoothness, name, theta = quadratic_majorant(problem.theta)
+    return replace(problem, name=name, theta=theta, c=1.0, b=np.zeros(problem.A.shape[1])), smoothness
 
 
 def part_seed(random_state, k):
@@ -172,6 +186,8 @@ class CocoaPart:
                 disk, before = self.problem.A, self.problem.A.bytes_read
                 self.problem = self.problem.in_memory()
                 self.loaded_bytes = int(disk.bytes_read - before)
+        # the local subproblems' form (the problem's own gaps certify: self.problem)
+        self.quad, self.smoothness = local_form(self.problem)
         self.lo, self.hi = lo, hi
         self.gamma, self.sigma = float(gamma), float(sigma)
         self.local_epochs = int(local_epochs)
@@ -196,7 +212,7 @@ class CocoaPart:
 
     def contribution(self):
         """v_k = A_[k]^T a_[k] (what this part adds to v = A^T a)."""
-        p = self.problem
+        p = self.quad
         return p.state_from(self.a)[0] / p.c + p.b
 
     def set_a(self, a):
@@ -219,11 +235,11 @@ class CocoaPart:
         once whatever it does, and with K > 1 CoCoA+'s rounds, not the local work, set how far a round gets
         (on a 164 MB logistic problem, K = 2: 22-23 rounds with one block epoch or a shard's (4-5 blocks')).
         One part (K = 1) is DuHL itself: a large H solves it in one round."""
-        p = self.problem
+        p = self.quad
         epochs = self.local_epochs if local_epochs is None else int(local_epochs)
         n = p.n_coords
         block = ram_block_rows(parse_budget(self.host_budget, p.A.nbytes), int(p.coord_bytes.max()))
-        c_local = self.sigma * p.c
+        c_local = self.sigma * self.smoothness
         z = np.array(z, dtype=np.float64)
         start_off = np.array([off[0] / self.sigma])
         # the local subproblem's state at a_k is (z, off / sigma) (see solvers.distributed_glm.cocoa); with
@@ -244,9 +260,9 @@ class CocoaPart:
 
     def local_update(self, z, off, local_epochs=None):
         """H epochs on the local subproblem; returns (dv, d_off, da)."""
-        p = self.problem
+        p = self.quad
         epochs = self.local_epochs if local_epochs is None else int(local_epochs)
-        c_local = self.sigma * p.c
+        c_local = self.sigma * self.smoothness
         if self.local_solver == "scd":
             a = self.a.copy()
             zl = np.array(z, dtype=np.float64)

@@ -114,12 +114,15 @@ class Problem:
             step = max(1, (1 << 24) // max(1, self.A.shape[1]))
             for lo in range(0, self.n_coords, step):
                 v += a[lo:lo + step] @ self.A[lo:lo + step].astype(np.float64, copy=False)
+        return self.state_of(v, float(self.mu @ a))
+
+    def state_of(self, v, a_mean=0.0):
+        """(z, off) at v = A^T a, with ``a_mean`` = mu . a (the quadratic term's off; a loss's is 0)."""
         if self.loss:
             z = np.empty(v.shape[0])
             cpu.loss_state(self.theta, v, z)
             return z, np.concatenate([[0.0], v])
-        off = np.array([float(self.mu @ a)])
-        return self.c * (v - self.b), off
+        return self.c * (v - self.b), np.array([a_mean])
 
     def v_of(self, z, off):
         """v = A^T a at the state (a classifier in the dual: w; in the primal: the margins)."""

@@ -207,13 +207,5 @@ def check_model(name: str, model_cfg: Dict[str, Any]) -> None:
         if model_cfg.get("penalty", "l2") != "l2":
             raise ValueError(f"The 'penalty' parameter of model 'logistic' must be 'l2' with DIANA (its logistic "
                              f"regression is L2-penalised). Got {model_cfg['penalty']!r} instead.")
-    if name == "cocoa":
-        penalty, dual = model_cfg.get("penalty", "l2"), model_cfg.get("dual", "auto")
-        if penalty != "l2" or dual is False:
-            setting = f"penalty={penalty!r}" if penalty != "l2" else "dual=False"
-            raise ValueError(f"CoCoA+ solves model '{model_cfg.get('name')}' in the dual here (samples as "
-                             f"coordinates); {setting} needs the primal (features as coordinates), whose "
-                             "feature-partitioned CoCoA+ is not implemented: use model.penalty=l2 with "
-                             "model.dual=auto or true, or DuHL.")
 
 ARMS: Dict[str, Callable[..., Any]] = {"cocoa": CocoaArm, "diana": DianaArm}

@@ -57,9 +57,13 @@ def shard_spec(source: str, skeleton, lo: int, hi: int, dtype) -> ShardSpec:
                      int(skeleton.n_features), str(np.dtype(dtype)))
 
 
-def part_signs(model_cfg: Mapping[str, Any], y, lo: int, hi: int) -> np.ndarray:
-    """A classifier's labels (+1 / -1, made from all of y, as the driver makes them) of samples [lo, hi)."""
-    return labels_for(model_cfg["name"], y)[lo:hi]
+def shard_signs(model_cfg: Mapping[str, Any], y, skeleton, lo: int, hi: int) -> Optional[np.ndarray]:
+    """The labels (+1 / -1, made from all of y, as the driver makes them) a part's shard is read signed
+    by: a classifier in the dual, its samples' [lo, hi); in the primal (the part holds features), every
+    sample's; the Lasso family none."""
+    if skeleton.dual_form:
+        return labels_for(model_cfg["name"], y)[lo:hi]
+    return labels_for(model_cfg["name"], y) if skeleton.loss else None
 
 
 def part_problem(folder, skeleton, signs=None, direct=None):
@@ -85,6 +89,15 @@ def part_problem(folder, skeleton, signs=None, direct=None):
                        info=dict(skeleton.info, skeleton=False))
     n = skeleton.n_samples
     A = OnDisk(folder / "X.npy", direct=direct)
+    if skeleton.loss:  # a classifier in the primal: its features read signed by every sample's label
+        if skeleton.info.get("fit_intercept"):
+            raise DataError("a classifier's part on disk in the primal holds no intercept column: set "
+                            "model.fit_intercept=false")
+        if signs is None or len(signs) != n:
+            raise ValueError(f"A classifier's part in the primal needs the labels of all {n} samples. Got "
+                             f"{None if signs is None else len(signs)} instead.")
+        return replace(skeleton, A=A.signed(np.asarray(signs, dtype=np.float64)), mu=np.zeros(k),
+                       sqnorm=np.asarray(sq), info=dict(skeleton.info, skeleton=False))
     if skeleton.info.get("fit_intercept"):
         mu = sums / n
         sqnorm = np.maximum(sq - n * mu * mu, 0.0)
@@ -119,7 +132,7 @@ def local_disk_factory(folder, model_cfg, y, shard_dir, dtype):
             spec = shard_spec(folder.name, skeleton, s["lo"], s["hi"], dtype)
             row = ensure_shard(spec, source, str(shard_dir))
             shards.append(row)
-            signs = part_signs(model_cfg, y, s["lo"], s["hi"]) if skeleton.dual_form else None
+            signs = shard_signs(model_cfg, y, skeleton, s["lo"], s["hi"])
             problem = part_problem(row["path"], skeleton, signs)
             parts.append(CocoaPart(problem, a0=a[s["lo"]:s["hi"]], **dict(s, lo=0, hi=s["hi"] - s["lo"])))
         executor = InProcessParts(parts)

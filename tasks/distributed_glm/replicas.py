@@ -41,7 +41,7 @@ from solvers.distributed_glm.cocoa import CocoaPart
 from solvers.distributed_glm.diana import DianaWorker, shard_rows
 from tasks.cluster import ClusterLost, cluster_lost  # noqa: F401 (ClusterLost: re-exported)
 from tasks.data.shards import ShardLost
-from tasks.distributed_glm.disk import ShardRef, part_problem, part_signs, shard_folder, shard_spec
+from tasks.distributed_glm.disk import ShardRef, part_problem, shard_folder, shard_signs, shard_spec
 from tasks.parts import DiskShards, as_parts, columns, materialize, rows
 from tasks.problems import build_problem, labels_for
 
@@ -73,6 +73,9 @@ def shard_problem(part, model_cfg: Mapping[str, Any], lo: int, hi: int, skeleton
     made: (X[:, lo:hi], y) for regression models, (X[lo:hi], y) for classifiers."""
     X, y = part
     if not skeleton.dual_form:
+        if skeleton.loss and skeleton.info.get("fit_intercept"):
+            # a classifier in the primal: its intercept is the last coordinate, the last part's alone
+            model_cfg = {**model_cfg, "fit_intercept": hi > skeleton.n_features}
         return build_problem(model_cfg, X, np.asarray(y))
     signs = labels_for(model_cfg["name"], y)[lo:hi]  # +1 / -1, as make_problem maps them
     if skeleton.info["fit_intercept"]:
@@ -299,7 +302,7 @@ class DaskCocoaParts(_DaskReplicas):
         signs = None
         if isinstance(self.parts, DiskShards):
             part = self._ensure(i) if self.built[i] else self.refs[i]  # a rebuild: its shard on the new home
-            signs = part_signs(self.model_cfg, self.y, s["lo"], s["hi"]) if self.skeleton.dual_form else None
+            signs = shard_signs(self.model_cfg, self.y, self.skeleton, s["lo"], s["hi"])
         else:
             part = shard_part(self.parts, self.skeleton, s["lo"], s["hi"], worker=self.home[i])
         return (part, self.model_cfg, s, self.skeleton, self.a[s["lo"]:s["hi"]].copy(), signs)

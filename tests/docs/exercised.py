@@ -31,6 +31,7 @@ EXERCISED = {
     'make experiment ARGS="experiment=cocoa"': f"{EXPERIMENT}::test_cocoa_end_to_end",
     'make experiment ARGS="experiment=cocoa_svm"':
         "tests/pipelines/test_reproduce.py::test_every_claim_is_measured_and_linked_to_its_run",
+    'make experiment ARGS="experiment=cocoa_l1"': f"{EXPERIMENT}::test_cocoa_l1_end_to_end",
     'make experiment ARGS="experiment=diana"': f"{EXPERIMENT}::test_diana_end_to_end",
     'make experiment ARGS="experiment=distbelief"':
         "tests/pipelines/test_distbelief_experiment.py::test_tiny_run_tracks_parent_and_arm_runs_with_curves",

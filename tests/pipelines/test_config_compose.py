@@ -213,8 +213,6 @@ def test_a_classifiers_penalty_and_side_compose_and_plan(hydra_conf, overrides):
     (["model=svm", "model.penalty=l1"], "penalty='l1' and loss='hinge' is not supported"),  # scikit-learn's
     (["model=logistic", "model.penalty=l1", "model.dual=true"], "not supported when dual=True"),
     (["experiment=diana", "model.penalty=l1"], "'penalty' parameter of model 'logistic' must be 'l2' with DIANA"),
-    (["experiment=cocoa_svm", "model=logistic", "model.penalty=l1"], "feature-partitioned CoCoA\\+ is not"),
-    (["experiment=cocoa_svm", "model.loss=squared_hinge", "model.dual=false"], "dual=False needs the primal"),
 ])
 def test_a_classifiers_bad_options_fail_before_data(hydra_conf, overrides, message):
     with pytest.raises(ValueError, match=message):

@@ -7,6 +7,7 @@ import json
 import math
 import zlib
 
+import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
@@ -176,6 +177,32 @@ def test_cocoa_end_to_end(experiment, capsys):
     assert arms["k4_compressed"].data.metrics["bits_to_target"] < arms["k4"].data.metrics["bits_to_target"]
     names = {a.path for a in client.list_artifacts(parent.info.run_id)}
     assert {"rel_gap_vs_time.png", "rel_gap_vs_bits.png"} <= names
+
+
+def test_cocoa_l1_end_to_end(experiment, data_cache, capsys):
+    """The L1 logistic regression in the primal: every arm's certified gap reaches the target, its
+    coefficients are sparse, and liblinear's objective lies within its certified bracket."""
+    from sklearn.linear_model import LogisticRegression
+
+    from tasks.data import load_dataset
+    from tasks.problems import labels_for
+
+    overrides = ["experiment=cocoa_l1", *SMALL, "data.n_samples=400", "experiment.target_rel_gap=1e-7"]
+    experiment(*overrides)
+    assert "model: logistic_l1" in capsys.readouterr().out
+    parent, arms = family(experiment.uri)
+    assert set(arms) == {"k1", "k2", "k4", "k4_safe"}
+    ds = load_dataset(compose_config(*overrides).data, data_cache)
+    X, s = np.asarray(ds.X), labels_for("logistic", ds.y)
+    sk = LogisticRegression(l1_ratio=1.0, solver="liblinear", C=0.01, fit_intercept=False, tol=1e-12,
+                            max_iter=100000).fit(X, s)
+    target = np.abs(sk.coef_).sum() + 0.01 * np.logaddexp(0, -s * (X @ sk.coef_.ravel())).sum()
+    client = MlflowClient(experiment.uri)
+    for name, run in arms.items():
+        assert run.info.status == "FINISHED" and run.data.metrics["reached_target"] == 1, name
+        last = {k: client.get_metric_history(run.info.run_id, k)[-1].value for k in ("primal", "dual", "rel_gap")}
+        assert last["rel_gap"] <= 1e-7 and last["dual"] <= target * (1 + 1e-12), name
+        assert last["primal"] <= target * (1 + 1e-6), name
 
 
 def test_diana_end_to_end(experiment, capsys):

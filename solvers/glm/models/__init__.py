@@ -127,6 +127,17 @@ def has_loss(theta) -> bool:
     return math_of(theta).loss is not None
 
 
+def quadratic_majorant(theta):
+    """(L, name, theta') for a model with a Loss: f(v + d) <= f(v) + <grad f(v), d> + L/2 ||d||^2,
+    and the registered model ``name`` with kernel parameters theta' whose g is this model's under
+    the quadratic data term (what CoCoA+'s local subproblems solve in the primal)."""
+    math_ = math_of(theta)
+    if math_.loss is None or math_.penalty is None:
+        raise TypeError(f"the model of {type(theta).__name__} has no loss with a quadratic majorant")
+    name, penalty = math_.penalty(theta)
+    return float(math_.loss.smoothness(theta)), name, penalty
+
+
 def _loss_of(theta):
     loss = math_of(theta).loss
     if loss is None:

@@ -49,7 +49,9 @@ class Loss:
     - ``change_bound(theta, m, u, d)``: (an upper bound of ``change``, a value ``grad_step`` reuses):
       what the line search tries first, without the exact change's costlier terms;
     - ``grad_step(theta, m + d, u, d, aux)``: u at the margin m + d, from the value ``change_bound``
-      gave (the logistic's new sigmoid from exp(-d), no exp of its own).
+      gave (the logistic's new sigmoid from exp(-d), no exp of its own);
+    - ``smoothness(theta)`` (Python): sup over m of loss_k''(m), the L that makes
+      f(v + d) <= f(v) + <grad f(v), d> + L/2 ||d||^2 (CoCoA+'s local subproblems in the primal).
     """
 
     value: Callable
@@ -59,6 +61,7 @@ class Loss:
     conj: Callable
     change_bound: Callable
     grad_step: Callable
+    smoothness: Callable
 
 
 @dataclass(frozen=True)
@@ -79,7 +82,9 @@ class Math:
     ``loss`` (optional): a non-quadratic data term (:class:`Loss`); ``update`` is then the
     exact minimiser of the data term's second-order model along the coordinate (s the
     gradient's, L the curvature's share), which the kernels' Newton pass follows with a
-    line search."""
+    line search. ``penalty`` (with ``loss``): theta -> (a model's name, its kernel parameters): the
+    registered model with the same g under the quadratic data term, what f's quadratic bound is
+    solved with."""
 
     Theta: type
     g: Callable
@@ -89,6 +94,7 @@ class Math:
     shrink_cut: float = 0.0
     zero_interval: Optional[Callable] = None
     loss: Optional[Loss] = None  # None: the quadratic data term f(v) = c/2 ||v - b||^2
+    penalty: Optional[Callable] = None
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from typing import NamedTuple
 from numba.extending import register_jitable
 
 from solvers.glm.models.base import CLASSIFIER_PARAMS, Loss, Math, Model, sigmoid, softplus, xlogx
-from solvers.glm.models.elastic_net import ENET, enet_zero_gap
+from solvers.glm.models.elastic_net import ENET, ElasticNetTheta, enet_zero_gap
 
 # log1p(p expm1(-d)) while its argument is above this: log1p is well-conditioned there; below it
 # (p near 1 and a long step) the two softplus values apart, computed from the margin itself
@@ -103,7 +103,7 @@ def _logistic_grad_step(theta, m, u, d, aux):
 
 
 LOGISTIC_LOSS = Loss(_logistic_value, _logistic_grad, _logistic_curvature, _logistic_change, _logistic_conj,
-                     _logistic_change_bound, _logistic_grad_step)
+                     _logistic_change_bound, _logistic_grad_step, smoothness=lambda theta: theta.C / 4.0)
 
 
 # ---------------------------------------------------------------------- squared hinge loss ---
@@ -148,12 +148,18 @@ def _sqhinge_grad_step(theta, m, u, d, aux):
 
 
 SQHINGE_LOSS = Loss(_sqhinge_value, _sqhinge_grad, _sqhinge_curvature, _sqhinge_change, _sqhinge_conj,
-                    _sqhinge_change_bound, _sqhinge_grad_step)
+                    _sqhinge_change_bound, _sqhinge_grad_step, smoothness=lambda theta: 2.0 * theta.C)
+
+
+def _enet_penalty(theta):
+    return "elastic_net", ElasticNetTheta(theta.l1, theta.l2, theta.bound)
+
+
 
 PRIMAL_LOGISTIC = Math(LogisticPrimalTheta, ENET.g, ENET.g_conj, ENET.gap, ENET.update,
-                       zero_interval=ENET.zero_interval, loss=LOGISTIC_LOSS)
+                       zero_interval=ENET.zero_interval, loss=LOGISTIC_LOSS, penalty=_enet_penalty)
 PRIMAL_SQHINGE = Math(SquaredHingePrimalTheta, ENET.g, ENET.g_conj, ENET.gap, ENET.update,
-                      zero_interval=ENET.zero_interval, loss=SQHINGE_LOSS)
+                      zero_interval=ENET.zero_interval, loss=SQHINGE_LOSS, penalty=_enet_penalty)
 
 
 def _penalty(l1, l2, P0):

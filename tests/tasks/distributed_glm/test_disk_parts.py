@@ -54,6 +54,22 @@ def test_logistic_parts_on_disk_reach_sklearns_optimum(ds, K):
     assert (np.diff(res.trace.part0_bits_sent) == 32 * (64 + 1)).all()  # dv (m floats) and the gap a round
 
 
+def test_l1_logistic_feature_parts_on_disk_reach_liblinears_optimum(ds):
+    """In the primal each part holds features (columns), read signed by every sample's label."""
+    X, s = np.asarray(ds.X), labels_for("logistic", ds.y)
+    C = 0.05
+    res = solve(ds, {"name": "logistic_l1", "C": C, "fit_intercept": False}, n_parts=2, host_budget=0.3, tol=1e-9)
+    sk = LogisticRegression(l1_ratio=1.0, solver="liblinear", C=C, fit_intercept=False, tol=1e-12,
+                            max_iter=100000).fit(X, s)
+    objective = lambda w: np.abs(w).sum() + C * np.logaddexp(0, -s * (X @ w)).sum()  # noqa: E731
+    target = objective(sk.coef_.ravel())
+    assert res.converged and res.trace.certified.iloc[-1] == 1
+    assert res.dual <= target * (1 + 1e-12) and res.primal <= target * (1 + 1e-8)
+    assert abs(objective(res.a) - res.primal) <= 1e-12 * res.primal
+    assert [r["axis"] for r in res.shards] == ["columns", "columns"]
+    assert res.trace.bytes_disk.iloc[-1] > 0
+
+
 def test_lasso_feature_parts_on_disk_reach_sklearns_optimum(ds):
     X, y = np.asarray(ds.X), np.asarray(ds.y)
     res = solve(ds, LASSO, n_parts=2, host_budget=0.4, tol=1e-9)

@@ -89,6 +89,24 @@ def test_cocoa_lasso_feature_parts_reach_sklearn(client, dataset):
     assert res.events == []
 
 
+def test_cocoa_l1_logistic_feature_parts_with_an_intercept_reach_liblinear(client, dataset):
+    """In the primal the intercept is the last coordinate (liblinear's penalised constant feature):
+    only the part that holds it builds it on its worker."""
+    from sklearn.linear_model import LogisticRegression
+
+    from tasks.problems import labels_for
+
+    model = {"name": "logistic_l1", "C": 0.1, "fit_intercept": True, "intercept_scaling": 1.0}
+    res = cocoa_on(client, dataset, model, local_epochs=2, tol=1e-9, max_epochs=20000)
+    X, s = np.asarray(dataset.X), labels_for("logistic", dataset.y)
+    sk = LogisticRegression(l1_ratio=1.0, solver="liblinear", C=0.1, tol=1e-12, max_iter=100000).fit(X, s)
+    w, b = sk.coef_.ravel(), sk.intercept_[0]
+    target = np.abs(w).sum() + abs(b) + 0.1 * np.logaddexp(0, -s * (X @ w + b)).sum()
+    assert res.converged and res.a.shape == (41,)
+    assert res.dual <= target * (1 + 1e-12) and res.primal <= target * (1 + 1e-8)
+    assert res.events == []
+
+
 def test_cocoa_svm_sample_parts_certified(client, dataset):
     res = cocoa_on(client, dataset, SVM, local_epochs=5, tol=1e-3, max_epochs=2000)  # ~80 rounds
     assert res.converged and res.rel_gap <= 1e-3
