@@ -17,7 +17,8 @@ import importlib
 _EXPORTS = {
     "Lasso": "solvers.duhl.estimators", "ElasticNet": "solvers.duhl.estimators",
     "Ridge": "solvers.duhl.estimators", "LinearSVC": "solvers.duhl.estimators",
-    "LogisticRegression": "solvers.duhl.estimators", "DuHL": "solvers.duhl.solver",
+    "LogisticRegression": "solvers.duhl.estimators", "LogisticRegressionCV": "solvers.duhl.estimators",
+    "DuHL": "solvers.duhl.solver",
     "make_problem": "solvers.glm.problems", "MODELS": "solvers.glm.models",
 }
 

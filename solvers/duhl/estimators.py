@@ -33,8 +33,10 @@ by an external transpose). ``predict`` and ``decision_function`` take a store to
 """
 
 import mmap
+import numbers
 import os
 import warnings
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -42,6 +44,8 @@ import scipy.sparse as sp
 from scipy.special import expit
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.exceptions import ConvergenceWarning
+from sklearn.metrics import get_scorer
+from sklearn.model_selection import check_cv
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
@@ -69,9 +73,13 @@ class _DuHLEstimator(BaseEstimator):
         tags.input_tags.sparse = True
         return tags
 
+    def _name(self):
+        """The class a user called (a LogisticRegressionCV's fits name it, not their own class)."""
+        return getattr(self, "_owner", None) or type(self).__name__
+
     def _solver(self):
         """DuHL with the estimator's settings; every error names the estimator's class."""
-        name = type(self).__name__
+        name = self._name()
         check_params(name, tol=self.tol, max_iter=self.max_iter, random_state=self.random_state,
                      device=self.device, memory_budget=self.memory_budget, selection=self.selection,
                      host_budget=self.host_budget)
@@ -207,14 +215,14 @@ class _DuHLEstimator(BaseEstimator):
         """(the registry entry the fit solves, its parameters, a note on the choice or None)."""
         return self._model, self._problem_kwargs(), None
 
-    def _solve(self, X, y, label=""):
+    def _solve(self, X, y, label="", warm=None):
         """Solve the problem on (X, y); X in RAM, a DiskMatrix or a sparse store (a fresh reader per
-        problem)."""
+        problem). ``warm`` (X in RAM): (an earlier result on the same rows, its C), the start."""
         model, kwargs, note = self._entry()
         if isinstance(X, SparseStore):
             data = SparseOnDisk(X)
             try:
-                problem = make_problem_on_disk(model, data, y, owner=type(self).__name__, **kwargs)
+                problem = make_problem_on_disk(model, data, y, owner=self._name(), **kwargs)
                 try:
                     res = self._solver().solve(problem)
                 finally:
@@ -224,7 +232,7 @@ class _DuHLEstimator(BaseEstimator):
         elif isinstance(X, DiskMatrix):
             data = OnDisk(DiskMatrix(X.path))
             try:
-                problem = make_problem_on_disk(model, data, y, owner=type(self).__name__, **kwargs)
+                problem = make_problem_on_disk(model, data, y, owner=self._name(), **kwargs)
                 try:
                     res = self._solver().solve(problem)
                 finally:
@@ -232,13 +240,13 @@ class _DuHLEstimator(BaseEstimator):
             finally:
                 data.matrix.close()
         else:
-            problem = make_problem(model, X, y, owner=type(self).__name__, **kwargs)
-            res = self._solver().solve(problem)
+            problem = make_problem(model, X, y, owner=self._name(), **kwargs)
+            res = self._solver().solve(problem, a0=None if warm is None else warm_start(problem, *warm))
         if note is not None:
             res.notes.append(note)
         if res.status != "converged":
             # as scikit-learn does: the model is returned, with a warning that names the gap
-            warnings.warn(f"{type(self).__name__}{label} did not converge: relative duality gap "
+            warnings.warn(f"{self._name()}{label} did not converge: relative duality gap "
                           f"{res.rel_gap:.3g} (duality gap {res.gap:.3g}) is above tol={self.tol} after "
                           f"max_iter={self.max_iter} epochs ({res.status}). Increase max_iter, or loosen "
                           "tol.", ConvergenceWarning, stacklevel=3)
@@ -253,6 +261,22 @@ class _DuHLEstimator(BaseEstimator):
         traces = [r.trace.assign(**{"class": k}) if by_class else r.trace for k, r in enumerate(results)]
         self.history_ = traces[0] if len(traces) == 1 else pd.concat(traces, ignore_index=True)
         self.history_.attrs["notes"] = sorted({note for r in results for note in r.notes})
+
+
+class _Start(NamedTuple):
+    """A solve's start given as an earlier result's coordinates."""
+
+    a: np.ndarray
+
+
+def warm_start(problem, earlier, C_earlier):
+    """The start of a solve at the problem's C from a result at C_earlier (the same rows): the
+    dual's variables scaled by the ratio of the Cs (each box [0, C] maps to the new one, so the
+    start is feasible); the primal's coefficients as they are, within the L1 bound's support."""
+    if problem.dual_form:
+        return earlier.a * (float(problem.params["C"]) / float(C_earlier))
+    bound = getattr(problem.theta, "bound", np.inf)
+    return np.clip(earlier.a, -bound, bound)
 
 
 class _Regressor(RegressorMixin, _DuHLEstimator):
@@ -357,11 +381,16 @@ class _Classifier(ClassifierMixin, _DuHLEstimator):
 
     def _side(self, n_samples, n_features, layout=None, part_resident=False):
         self._chosen = resolve(self._family, {**self._problem_kwargs(), **self._options()}, n_samples, n_features,
-                               owner=type(self).__name__, layout=layout, part_resident=part_resident)
+                               owner=self._name(), layout=layout, part_resident=part_resident)
         return self._chosen
 
     def _entry(self):
         return self._chosen
+
+    def _side_in_ram(self, X):
+        data_bytes = X.data.nbytes + X.nnz * (X.row if X.format == "coo" else X.indices).itemsize \
+            if sp.issparse(X) else X.nbytes
+        return self._side(*X.shape, part_resident=holds_part(self.memory_budget, data_bytes))
 
     def _reads_features(self, fortran, shape):
         entry, _, _ = self._side(shape[0], shape[1], layout="features" if fortran else "samples")
@@ -374,9 +403,7 @@ class _Classifier(ClassifierMixin, _DuHLEstimator):
             X, y = validate_data(self, X, y, accept_sparse=_ACCEPT_SPARSE, order="C",
                                  dtype=[np.float64, np.float32])
             check_params(type(self).__name__, memory_budget=self.memory_budget)  # before it picks the side
-            data_bytes = X.data.nbytes + X.nnz * (X.row if X.format == "coo" else X.indices).itemsize \
-                if sp.issparse(X) else X.nbytes
-            self._side(*X.shape, part_resident=holds_part(self.memory_budget, data_bytes))
+            self._side_in_ram(X)
         elif isinstance(disk, SparseStore):
             y, X = self._check_y(y, disk.shape[0]), disk
         else:
@@ -490,7 +517,7 @@ class LogisticRegression(_Classifier):
         self.selection = selection
 
     def _options(self):
-        name = type(self).__name__
+        name = self._name()
         options = super()._options()
         if self.penalty == "elasticnet":
             if self.l1_ratio is None:
@@ -510,3 +537,137 @@ class LogisticRegression(_Classifier):
 
     def predict_log_proba(self, X):
         return np.log(self.predict_proba(X))
+
+
+class LogisticRegressionCV(LogisticRegression):
+    """LogisticRegression with C chosen by cross-validation over a path of Cs, as
+    sklearn.linear_model.LogisticRegressionCV: each fold solves the Cs in the order given, each
+    solve warm-started from the fold's previous one (so the default ascending Cs go from the
+    sparsest solution to the densest), and the C of the best mean held-out score is kept.
+
+    ``Cs``: an int (that many values on np.logspace(-4, 4)) or the values. ``cv``: folds as
+    scikit-learn's ``check_cv`` takes them (None: 5 stratified folds). ``scoring``: a scorer's name
+    or callable (None: accuracy). ``refit``: True fits all the data at the best C (the primal
+    warm-started from the folds' mean coefficients there); False keeps that mean. The other
+    parameters are LogisticRegression's; the data is in RAM. Multiclass by one-vs-rest: each class
+    has its own path and C.
+
+    Fitted, as scikit-learn's: ``Cs_``, ``C_`` (one per binary problem), ``scores_`` and
+    ``coefs_paths_`` (dicts keyed by class: (n_folds, n_Cs) and (n_folds, n_Cs, n_features [+ 1])),
+    ``n_iter_`` ((n_binary, n_folds, n_Cs) epochs), ``coef_``, ``intercept_``, and ``history_`` of
+    the refit (``path_``: one row per fold and C, with its epochs, seconds and certified gap).
+    """
+
+    host_budget = None  # the folds are rows of data in RAM
+
+    def __init__(self, *, Cs=10, cv=None, penalty="l2", dual="auto", l1_ratio=None, scoring=None, refit=True,
+                 fit_intercept=True, intercept_scaling=1.0, tol=1e-4, max_iter=1000, random_state=None,
+                 device="cpu", memory_budget=None, selection="gap"):
+        self.Cs = Cs
+        self.cv = cv
+        self.penalty = penalty
+        self.dual = dual
+        self.l1_ratio = l1_ratio
+        self.scoring = scoring
+        self.refit = refit
+        self.fit_intercept = fit_intercept
+        self.intercept_scaling = intercept_scaling
+        self.tol = tol
+        self.max_iter = max_iter
+        self.random_state = random_state
+        self.device = device
+        self.memory_budget = memory_budget
+        self.selection = selection
+
+    def _cs(self):
+        name = type(self).__name__
+        if isinstance(self.Cs, (numbers.Integral, np.integer)) and not isinstance(self.Cs, bool):
+            if self.Cs < 1:
+                raise ValueError(f"The 'Cs' parameter of {name} must be an int >= 1 or a list of floats > 0. "
+                                 f"Got {self.Cs!r} instead.")
+            return np.logspace(-4, 4, int(self.Cs))
+        try:
+            Cs = np.asarray(self.Cs, dtype=np.float64).ravel()
+        except (TypeError, ValueError):
+            Cs = np.array([np.nan])
+        if Cs.size == 0 or not np.all(np.isfinite(Cs) & (Cs > 0)):
+            raise ValueError(f"The 'Cs' parameter of {name} must be an int >= 1 or a list of floats > 0. "
+                             f"Got {self.Cs!r} instead.")
+        return Cs
+
+    def fit(self, X, y):
+        name = type(self).__name__
+        X, y = validate_data(self, X, y, accept_sparse=_ACCEPT_SPARSE, order="C", dtype=[np.float64, np.float32])
+        check_classification_targets(y)
+        check_params(name, memory_budget=self.memory_budget)
+        self.Cs_ = Cs = self._cs()
+        self.classes_ = np.unique(y)
+        if self.classes_.shape[0] < 2:
+            raise ValueError(f"{name} needs samples of at least 2 classes in the data; got only one class: "
+                             f"{self.classes_[0]!r}.")
+        folds = list(check_cv(self.cv, y, classifier=True).split(X, y))
+        scorer = get_scorer("accuracy" if self.scoring is None else self.scoring)
+        X = X.tocsr() if sp.issparse(X) else X  # (rows of a fold: a CSR slice)
+        d, width = X.shape[1], X.shape[1] + int(bool(self.fit_intercept))
+        scale = float(self.intercept_scaling)
+        positives = self.classes_[1:] if self.classes_.shape[0] == 2 else self.classes_
+        self.scores_, self.coefs_paths_, rows = {}, {}, []
+        C_, coefs, intercepts, results = [], [], [], []
+        n_iter = np.zeros((len(positives), len(folds), Cs.size), dtype=np.int64)
+        for c, cls in enumerate(positives):
+            label = f" (class {cls!r} vs the rest)" if len(positives) > 1 else ""
+            target = (y == cls).astype(np.float64)
+            scores, paths = np.empty((len(folds), Cs.size)), np.empty((len(folds), Cs.size, width))
+            for k, (train, test) in enumerate(folds):
+                warm, X_train, y_train, X_test, y_test = None, X[train], target[train], X[test], target[test]
+                for j, C in enumerate(Cs):
+                    est = self._at(C)
+                    est._side_in_ram(X_train)
+                    problem, res = est._solve(X_train, y_train, f"{label} (fold {k}, C={C:.4g})", warm)
+                    w = (res.v if problem.dual_form else res.a)[:width]
+                    paths[k, j] = np.concatenate([w[:d], w[d:] * scale])  # the intercept itself, as scikit-learn's
+                    scores[k, j] = self._score(paths[k, j], scorer, X_test, y_test)
+                    n_iter[c, k, j] = max(1, int(np.ceil(res.epochs)))
+                    rows.append({"class": cls, "fold": k, "C": C, "epochs": res.epochs, "time_s": res.time_s,
+                                 "rel_gap": res.rel_gap, "status": res.status, "score": scores[k, j]})
+                    warm = (res, C)
+            best = int(np.argmax(scores.mean(axis=0)))  # the first of equal scores: the smallest C when ascending
+            self.scores_[cls], self.coefs_paths_[cls] = scores, paths
+            C_.append(Cs[best])
+            w = paths[:, best].mean(axis=0)
+            if self.refit:
+                est = self._at(Cs[best])
+                entry, _, _ = est._side_in_ram(X)
+                # the primal starts from the folds' mean coefficients there (its coordinates: the intercept's scaled)
+                start = None if get_model(entry).dual_form else (_Start(np.concatenate([w[:d], w[d:] / scale])),
+                                                                 Cs[best])
+                problem, res = est._solve(X, target, label, start)
+                w = (res.v if problem.dual_form else res.a)[:width]
+                w = np.concatenate([w[:d], w[d:] * scale])
+                results.append(res)
+            coefs.append(w[:d])
+            intercepts.append(w[d] if self.fit_intercept else 0.0)
+        self.C_ = np.asarray(C_)
+        self.coef_ = np.asarray(coefs, dtype=X.dtype)
+        self.intercept_ = np.asarray(intercepts, dtype=X.dtype)
+        self.path_ = pd.DataFrame(rows)
+        if results:
+            self._finish(results, by_class=True)  # the refit's history_ and dual_gap_
+        self.n_iter_ = n_iter  # the path's epochs, as scikit-learn's
+        return self
+
+    def _score(self, w, scorer, X, y):
+        """The scorer's value of the binary model w (coefficients, then the intercept) on (X, y)."""
+        d = X.shape[1]
+        est = LogisticRegression(fit_intercept=self.fit_intercept)
+        est.classes_, est.n_features_in_ = np.array([0.0, 1.0]), d
+        est.coef_, est.intercept_ = w[None, :d], np.array([w[d] if self.fit_intercept else 0.0])
+        return float(scorer(est, X, y))
+
+    def _at(self, C):
+        est = LogisticRegression(penalty=self.penalty, dual=self.dual, C=C, l1_ratio=self.l1_ratio,
+                                  fit_intercept=self.fit_intercept, intercept_scaling=self.intercept_scaling,
+                                  tol=self.tol, max_iter=self.max_iter, random_state=self.random_state,
+                                  device=self.device, memory_budget=self.memory_budget, selection=self.selection)
+        est._owner = type(self).__name__
+        return est

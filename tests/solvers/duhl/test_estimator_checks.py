@@ -1,11 +1,11 @@
-"""scikit-learn's estimator checks for the five estimators."""
+"""scikit-learn's estimator checks for the six estimators."""
 
 import pytest
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from solvers import ElasticNet, Lasso, LinearSVC, LogisticRegression, Ridge
+from solvers import ElasticNet, Lasso, LinearSVC, LogisticRegression, LogisticRegressionCV, Ridge
 
-ESTIMATORS = [Lasso(), ElasticNet(), Ridge(), LinearSVC(), LogisticRegression()]
+ESTIMATORS = [Lasso(), ElasticNet(), Ridge(), LinearSVC(), LogisticRegression(), LogisticRegressionCV(Cs=3, cv=3)]
 
 # Bugs in solvers/ found by these checks; xfail(strict=True) so that the fix shows up.
 KNOWN_BUGS = {}
