@@ -36,7 +36,6 @@ import mmap
 import numbers
 import os
 import warnings
-from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -217,7 +216,7 @@ class _DuHLEstimator(BaseEstimator):
 
     def _solve(self, X, y, label="", warm=None):
         """Solve the problem on (X, y); X in RAM, a DiskMatrix or a sparse store (a fresh reader per
-        problem). ``warm`` (X in RAM): (an earlier result on the same rows, its C), the start."""
+        problem). ``warm`` (X in RAM): (coordinates solved earlier on the same rows, their C), the start."""
         model, kwargs, note = self._entry()
         if isinstance(X, SparseStore):
             data = SparseOnDisk(X)
@@ -263,20 +262,14 @@ class _DuHLEstimator(BaseEstimator):
         self.history_.attrs["notes"] = sorted({note for r in results for note in r.notes})
 
 
-class _Start(NamedTuple):
-    """A solve's start given as an earlier result's coordinates."""
-
-    a: np.ndarray
-
-
-def warm_start(problem, earlier, C_earlier):
-    """The start of a solve at the problem's C from a result at C_earlier (the same rows): the
-    dual's variables scaled by the ratio of the Cs (each box [0, C] maps to the new one, so the
-    start is feasible); the primal's coefficients as they are, within the L1 bound's support."""
+def warm_start(problem, a, C_earlier):
+    """The start of a solve at the problem's C from coordinates ``a`` solved at C_earlier (the same
+    rows): the dual's variables scaled by the ratio of the Cs (each box [0, C] maps to the new one,
+    so the start is feasible); the primal's coefficients as they are, within the L1 bound's support."""
     if problem.dual_form:
-        return earlier.a * (float(problem.params["C"]) / float(C_earlier))
+        return a * (float(problem.params["C"]) / float(C_earlier))
     bound = getattr(problem.theta, "bound", np.inf)
-    return np.clip(earlier.a, -bound, bound)
+    return np.clip(a, -bound, bound)
 
 
 class _Regressor(RegressorMixin, _DuHLEstimator):
@@ -630,7 +623,7 @@ class LogisticRegressionCV(LogisticRegression):
                     n_iter[c, k, j] = max(1, int(np.ceil(res.epochs)))
                     rows.append({"class": cls, "fold": k, "C": C, "epochs": res.epochs, "time_s": res.time_s,
                                  "rel_gap": res.rel_gap, "status": res.status, "score": scores[k, j]})
-                    warm = (res, C)
+                    warm = (res.a, C)
             best = int(np.argmax(scores.mean(axis=0)))  # the first of equal scores: the smallest C when ascending
             self.scores_[cls], self.coefs_paths_[cls] = scores, paths
             C_.append(Cs[best])
@@ -639,8 +632,7 @@ class LogisticRegressionCV(LogisticRegression):
                 est = self._at(Cs[best])
                 entry, _, _ = est._side_in_ram(X)
                 # the primal starts from the folds' mean coefficients there (its coordinates: the intercept's scaled)
-                start = None if get_model(entry).dual_form else (_Start(np.concatenate([w[:d], w[d:] / scale])),
-                                                                 Cs[best])
+                start = None if get_model(entry).dual_form else (np.concatenate([w[:d], w[d:] / scale]), Cs[best])
                 problem, res = est._solve(X, target, label, start)
                 w = (res.v if problem.dual_form else res.a)[:width]
                 w = np.concatenate([w[:d], w[d:] * scale])
