@@ -4,6 +4,7 @@ same objective (the oracle), and its weights scored by our objective code.
 Oracle: scikit-learn's LogisticRegression / LinearSVC(loss="hinge") solved to tol 1e-12, their
 coefficients scored by a formula of P(w) = 1/2 ||w||^2 + C sum_i loss(y_i <w, x_i>) written here."""
 
+import time
 import warnings
 
 import numpy as np
@@ -69,10 +70,34 @@ def test_online_mapping_with_plain_sgd():
     p = make_problem("logistic", X, Y, C=C, fit_intercept=False)
     cache = _VwCache(p)
     try:
-        w = _vw_fit(p, cache, 300, "online", "--sgd -l 0.01 --power_t 0")()
+        w, _ = _vw_fit(p, cache, 300, "online", "--sgd -l 0.01 --power_t 0")()
     finally:
         cache.remove()
     assert objective("logistic", w) == pytest.approx(optimum("logistic"), rel=1e-3)
+
+
+def test_a_fits_time_counts_its_passes_and_not_the_readout():
+    """VW's workspace runs its passes as it is built: a fit's seconds are that build (40 passes take
+    several times 2), and the weights' readout, a call a weight, is left out (2^20 columns here, about
+    half a second to read, would dwarf 2 passes over 300 rows)."""
+    wide = sp.hstack([X, sp.csr_matrix((N, (1 << 20) - D))], format="csr")
+    p = make_problem("logistic", wide, Y, C=C, fit_intercept=False)
+    cache = _VwCache(p)
+    try:
+        def seconds(passes):
+            fit = _vw_fit(p, cache, passes, "online")
+            start = time.perf_counter()
+            w, trained = fit()
+            return trained, time.perf_counter() - start, w
+
+        seconds(2)  # (first use: VW's pages)
+        two, two_wall, w = seconds(2)
+        forty, _, _ = seconds(40)
+    finally:
+        cache.remove()
+    assert w.shape == (1 << 20,) and np.any(w[:D] != 0.0)
+    assert forty > 5 * two > 0.0
+    assert two_wall > 10 * two  # the readout, outside the fit's time
 
 
 def test_bfgs_hinge_near_our_optimum():

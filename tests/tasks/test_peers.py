@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from solvers.glm.problems import make_problem
-from tasks.peers import PEERS, PeerUnsupported, dual_point, evaluate, make_peer, missing_reason
+from tasks.peers import PEERS, PeerUnsupported, Trained, dual_point, evaluate, make_peer, missing_reason
 from tasks.arms import SOLVERS, make_solver
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning",
@@ -131,7 +131,8 @@ def test_each_peer_point_is_re_evaluated_on_the_same_objective(name, model):
     knob, fit = fits[min(5, len(fits) - 1)]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        w = np.asarray(fit(), dtype=float).ravel()
+        w = fit()
+    w = np.asarray(w.w if isinstance(w, Trained) else w, dtype=float).ravel()  # (VW's fit: its weights and seconds)
     assert w.shape == (D,)
     primal, _, gap = evaluate(p, w)
     assert primal == pytest.approx(user_objective(model, w), rel=1e-9)
