@@ -48,12 +48,7 @@ SUBOPTIMALITY = 1e-6
 def click_data(train: int, test: int, hash_bits: int, cache: Path):
     """(X_train, y_train, X_test, y_test): CSR float64 rows, labels -1 / 1."""
     ds = load_dataset(SyntheticCriteoData(n_samples=train + test, hash_bits=hash_bits), cache)
-    X = ds.X.tocsr() if hasattr(ds.X, "tocsr") else ds.X
-    if not hasattr(X, "indptr"):  # the store, not yet in RAM
-        from solvers.storage.sparse_on_disk import SparseOnDisk
-
-        X = SparseOnDisk(ds.store).load()
-    X = X.astype(np.float64)
+    X = ds.X.astype(np.float64)  # (the store read into RAM)
     y = np.where(np.asarray(ds.y) > 0, 1.0, -1.0)
     return X[:train], y[:train], X[train:train + test], y[train:train + test]
 
@@ -67,33 +62,20 @@ def objective(X, y, w, C) -> float:
     return float(0.5 * w @ w + C * np.logaddexp(0.0, -y * (X @ w)).sum())
 
 
-def timed(fit, repeats):
-    """(median seconds, the last fit's weights, every time)."""
-    times, w = [], None
-    for _ in range(repeats):
-        start = time.perf_counter()
-        w = fit()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times), w, times
-
-
 def ours(X, y, C, repeats):
-    """(tol, seconds, w, certified rel_gap) for each of OURS_TOLS."""
+    """(tol, median seconds, w, certified rel_gap) for each of OURS_TOLS."""
     def fit(tol):
-        est = LogisticRegression(C=C, fit_intercept=False, tol=tol, max_iter=1_000_000, random_state=0)
-        est.fit(X, y)
-        return est
+        return LogisticRegression(C=C, fit_intercept=False, tol=tol, max_iter=1_000_000, random_state=0).fit(X, y)
 
     fit(1e-1)  # compiles (not counted)
     points = []
     for tol in OURS_TOLS:
-        holder = {}
-
-        def one(tol=tol):
-            holder["est"] = fit(tol)
-            return holder["est"].coef_.ravel().copy()
-        seconds, w, _ = timed(one, repeats)
-        points.append((tol, seconds, w, float(holder["est"].history_["rel_gap"].iloc[-1])))
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            est = fit(tol)
+            times.append(time.perf_counter() - start)
+        points.append((tol, statistics.median(times), est.coef_.ravel(), float(est.history_["rel_gap"].iloc[-1])))
     return points
 
 
