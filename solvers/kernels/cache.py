@@ -28,12 +28,17 @@ CODE = source_digest()
 
 
 def compiled(fn=None, *, inline="never", **options):
-    """``njit(nogil=True, cache=True, error_model="numpy", **options)`` under the cache key above.
-    ``inline="always"``: compiled into its callers (a call that passes many arrays costs tens of
-    ns); nogil so that a host thread can run beside the kernels."""
+    """``njit(nogil=True, cache=True, error_model="numpy", fastmath=False, **options)`` under the
+    cache key above. ``inline="always"``: compiled into its callers (a call that passes many arrays
+    costs tens of ns); nogil so that a host thread can run beside the kernels.
+
+    fastmath is always set: a function that leaves it unset inherits its caller's when a caller
+    compiles it, and Numba keeps (in the process and on disk) one compilation per signature, so a
+    kernel shared by a fastmath caller and a strict one would otherwise round as whichever
+    compiled it first, and the iterates would depend on the cache's history."""
     if fn is None:
         return lambda f: compiled(f, inline=inline, **options)
     fn.__qualname__ = f"{fn.__name__}__{CODE}"
-    settings = dict(nogil=True, cache=True, error_model="numpy")
+    settings = dict(nogil=True, cache=True, error_model="numpy", fastmath=False)
     settings.update(options)
     return njit(inline=inline, **settings)(fn)

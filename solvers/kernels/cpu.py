@@ -411,7 +411,7 @@ def _model_descent(coords, order, a, g0, H, theta, flops):
     return a0, moved
 
 
-@compiled
+@compiled(**_DENSE)  # dense rows only: their sums vectorise, as the dense pass's
 def _hessian_step_dense(rows, coords, order, a, z, u0, h, margins, theta):
     """The Newton pass of :func:`newton_pass_dense` from the Hessian of its n coordinates
     (u0 = z and h the curvatures at the pass's start): H = sum_k h_k x_k x_k^T, the model's
