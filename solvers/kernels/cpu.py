@@ -267,6 +267,7 @@ def newton_pass_dense(rows, coords, order, a, z, off, mu, sqnorm, c, theta):
 # when an inner pass (n^2 flops) costs at most four passes' entries, and building
 # it (sum over samples of their entries^2 / 2 multiply-adds) at most HESSIAN_ENTRIES passes' entries
 HESSIAN_ENTRIES = 16
+HESSIAN_CHUNK = 16384  # entries a chunk of the sparse transpose holds (256 KiB with their positions)
 # a dense pass over at most this many coordinates (H: n (n + 1) / 2 multiply-adds a sample, at most
 # HESSIAN_ENTRIES times the pass's n) and at least 4 n samples takes the Hessian's step too
 HESSIAN_DENSE = 2 * HESSIAN_ENTRIES - 1
@@ -455,59 +456,87 @@ def _hessian_step(indptr, indices, data, coords, order, a, z, margins, theta, en
     the gradient g0 and the samples' entries of the pass (a transpose), H = sum_k h_k x_k x_k^T
     (n x n), inner coordinate descent on g0 d + d^T H d / 2 + g(a + d) until its steps shrink
     (INNER_SHRINK, at most INNER_PASSES), then the margins' step and the line search. Returns False
-    (nothing done) when building H would cost more than HESSIAN_ENTRIES passes' entries."""
+    (nothing done) when building H would cost more than HESSIAN_ENTRIES passes' entries.
+
+    The transpose goes a chunk of samples at a time (HESSIAN_CHUNK entries, or n), each
+    coordinate's entries read on from where the last chunk stopped: its writes stay in cache, and
+    each sample adds to g0 and H in the same order as a whole transpose would. That needs every
+    coordinate's sample indices ascending (canonical CSR); where they are not, one chunk is all."""
     n = order.shape[0]
     counts = np.zeros(m, np.int64)
+    ascending = True
     for jj in range(n):
         j = order[jj]
+        last = -1
         for e in range(indptr[j], indptr[j + 1]):
-            counts[np.uint64(indices[e])] += 1
+            k = indices[e]
+            counts[np.uint64(k)] += 1
+            if k <= last:
+                ascending = False
+            last = k
     pairs = 0
     for k in range(m):
         pairs += counts[k] * (counts[k] + 1) // 2
     if pairs > HESSIAN_ENTRIES * entries:
         return False
-    # the pass's entries by sample (positions jj and values), and the samples it touches
-    starts = np.empty(m + 1, np.int64)
-    touched = np.empty(m, np.int64)
+    touched = np.empty(m, np.int64)  # the samples the pass touches, ascending
     n_touched = 0
-    total = 0
+    longest = 0
     for k in range(m):
-        starts[k] = total
-        total += counts[k]
         if counts[k]:
             touched[n_touched] = k
             n_touched += 1
-    starts[m] = total
-    pos = np.empty(total, np.int64)
-    val = np.empty(total)
-    fill = starts[:m].copy()
-    g0 = np.zeros(n)
+            longest = max(longest, counts[k])
+    size = max(HESSIAN_CHUNK, n, longest) if ascending else entries
+    cursor = np.empty(n, np.int64)
     for jj in range(n):
-        j = order[jj]
-        acc = 0.0
-        for e in range(indptr[j], indptr[j + 1]):
-            k = np.uint64(indices[e])
-            x = data[e]
-            acc += x * z[k]
-            pos[fill[k]] = jj
-            val[fill[k]] = x
-            fill[k] += 1
-        g0[jj] = acc
+        cursor[jj] = indptr[order[jj]]
+    starts = np.empty(m + 1, np.int64)  # a chunk's entries by sample: positions jj and values
+    fill = np.empty(m, np.int64)
+    pos = np.empty(size, np.int64)
+    val = np.empty(size)
+    g0 = np.zeros(n)
     H = np.zeros((n, n))
     u0 = np.empty(m)
-    for t in range(n_touched):
-        k = touched[t]
-        u0[k] = z[k]
-        hk = loss_curvature(theta, z[k])
-        if hk == 0.0:
-            continue
-        lo, hi = starts[k], starts[k + 1]
-        for p in range(lo, hi):
-            hp = hk * val[p]
-            row = pos[p]
-            for q in range(p, hi):  # the entries of a sample are in ascending jj: the upper triangle
-                H[row, pos[q]] += hp * val[q]
+    t0 = 0
+    while t0 < n_touched:
+        total = 0
+        t1 = t0
+        while t1 < n_touched and (t1 == t0 or total + counts[touched[t1]] <= size):
+            k = touched[t1]
+            starts[k] = total
+            fill[k] = total
+            total += counts[k]
+            t1 += 1
+        end = touched[t1] if t1 < n_touched else m  # this chunk's samples are below it
+        for jj in range(n):
+            j = order[jj]
+            e = cursor[jj]
+            stop = indptr[j + 1]
+            acc = g0[jj]
+            while e < stop and indices[e] < end:
+                k = np.uint64(indices[e])
+                x = data[e]
+                acc += x * z[k]
+                pos[fill[k]] = jj
+                val[fill[k]] = x
+                fill[k] += 1
+                e += 1
+            g0[jj] = acc
+            cursor[jj] = e
+        for t in range(t0, t1):
+            k = touched[t]
+            u0[k] = z[k]
+            hk = loss_curvature(theta, z[k])
+            if hk == 0.0:
+                continue
+            lo, hi = starts[k], fill[k]
+            for p in range(lo, hi):
+                hp = hk * val[p]
+                row = pos[p]
+                for q in range(p, hi):  # the entries of a sample are in ascending jj: the upper triangle
+                    H[row, pos[q]] += hp * val[q]
+        t0 = t1
     for p in range(n):
         for q in range(p + 1, n):
             H[q, p] = H[p, q]

@@ -132,6 +132,39 @@ def test_tall_sparse_data_reaches_the_optimum(name, density):
     _check(name, res, X, y, scaling, orc)
 
 
+@pytest.mark.parametrize("canonical", [True, False], ids=["ascending", "shuffled"])
+@pytest.mark.parametrize("name", ["logistic_l2", "logistic_l1"])
+def test_a_hessian_step_over_several_chunks_of_samples_reaches_the_optimum(name, canonical):
+    """The sparse Hessian step transposes its entries a chunk of samples at a time
+    (``HESSIAN_CHUNK`` entries), each coordinate read on from where the last chunk stopped; a
+    coordinate whose sample indices are not ascending (a CSR that is not canonical) sends it to
+    one chunk of all. Both reach the oracle's optimum."""
+    import scipy.sparse as sp
+
+    from solvers.kernels.cpu import HESSIAN_CHUNK
+
+    rng = np.random.default_rng(11)
+    n, d = 9000, 8
+    X = sp.random(n, d, density=0.5, format="csr", random_state=rng, data_rvs=lambda k: rng.standard_normal(k) + 0.3)
+    w = np.array([1.5, -1.0, 0.0, 0.0, 0.5, 0.0, 0.0, 0.0])
+    y = np.where(X @ w + 0.5 * rng.standard_normal(n) > 0, 2.0, 1.0)
+    orc = go.primal_oracle(name, X, y, None)
+    assert orc["P"] - orc["D"] <= 1e-10 * orc["P"]
+    problem = _problem(name, X, y, None)
+    A = problem.A
+    assert A.nnz > 2 * HESSIAN_CHUNK and A.has_sorted_indices  # three chunks at least
+    if not canonical:
+        A = A.copy()
+        for j in range(A.shape[0]):
+            lo, hi = A.indptr[j], A.indptr[j + 1]
+            perm = lo + rng.permutation(hi - lo)
+            A.indices[lo:hi], A.data[lo:hi] = A.indices[perm], A.data[perm]
+        A.has_sorted_indices = False
+        problem.A = A
+    res = DuHL(tol=1e-11, random_state=0).solve(problem)
+    _check(name, res, X, y, None, orc)
+
+
 @pytest.mark.parametrize("name", ["logistic_l2", "logistic_l1"])
 def test_nearly_collinear_features_reach_the_optimum(name):
     """Features of mean 100 beside the intercept's column of ones (scikit-learn's
