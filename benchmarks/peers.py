@@ -416,7 +416,8 @@ def main(argv=None):
 
     with threadpool_limits(1):
         # every problem here is float64: its kernels only
-        compile_s = compile_kernels(["lasso", "svm", "logistic", "logistic_l1", "logistic_l2", "svm_l1"], (np.float64,))
+        compile_s = compile_kernels(["lasso", "svm", "logistic", "logistic_l1", "logistic_l2", "svm_l1"], (np.float64,),
+                                    jobs=os.cpu_count() or 1)
         pools = [(p["internal_api"], p["num_threads"]) for p in threadpool_info()]
         bandwidth = read_bandwidth()
         header = dict(mode="quick" if args.quick else "full", repeats=args.repeats, max_time_s=args.max_time,

@@ -132,7 +132,7 @@ def main(argv=None):
 
     with threadpool_limits(1):
         t0 = time.perf_counter()
-        compile_s = compile_kernels(["lasso", "svm"])
+        compile_s = compile_kernels(["lasso", "svm"], jobs=os.cpu_count() or 1)
         print(f"Numba warm-up (compile or load from cache): {compile_s:.2f} s, excluded below")
         print("thread pools:", [(p["internal_api"], p["num_threads"]) for p in threadpool_info()],
               f"cores={os.cpu_count()}")
