@@ -25,6 +25,7 @@ from numba.core import event as numba_event
 from solvers.duhl.budget import parse_budget
 from solvers.duhl.block.devices import NoCudaDevice, check_device  # noqa: F401 (re-exported for pipelines)
 from solvers.duhl.solver import DuHL
+from solvers.duhl.warmup import Compiles
 from tasks.distributed_glm.arms import ARMS as DISTRIBUTED_ARMS
 from tasks.parts import materialize, whole
 from tasks.peers import PEER_SOLVERS
@@ -116,19 +117,6 @@ def compile_miniature(path: str) -> None:
         make_solver(run).solve(problem)
 
 
-class _Compiles(numba_event.Listener):
-    """Counts Numba's compilations (a function loaded from its on-disk cache is not one)."""
-
-    def __init__(self):
-        self.count = 0
-
-    def on_start(self, event):
-        self.count += 1
-
-    def on_end(self, event):
-        pass
-
-
 class WarmUp(NamedTuple):
     """What :func:`warmup` did: its seconds, and how many functions Numba compiled in this process
     (0: every kernel came from Numba's on-disk cache)."""
@@ -151,7 +139,7 @@ def warmup(model_cfg: Mapping[str, Any], X, y, arms: Mapping[str, Mapping[str, A
     model_cfg = miniature_model(model_cfg, X.shape[0], small_X.shape[0])
     problem = build_problem(model_cfg, small_X, small_y)
     groups = _miniature_runs(arms)
-    compiles = _Compiles()
+    compiles = Compiles()
     with numba_event.install_listener("numba:compile", compiles):
         _compile_loops(model_cfg, small_X, small_y, problem, groups, compiles)
         for settings in arms.values():
@@ -171,7 +159,7 @@ def warmup(model_cfg: Mapping[str, Any], X, y, arms: Mapping[str, Mapping[str, A
     return WarmUp(time.perf_counter() - start, compiles.count)
 
 
-def _compile_loops(model_cfg, small_X, small_y, problem, groups, compiles: _Compiles) -> None:
+def _compile_loops(model_cfg, small_X, small_y, problem, groups, compiles: Compiles) -> None:
     """The first group of miniature runs in this process, each other one in a child process (as
     many as there are other cores)."""
     context = multiprocessing.get_context("spawn")  # no fork of a process with threads

@@ -54,7 +54,7 @@ def _shares(units, jobs):
     return [share for share in shares if share]
 
 
-class _Compiles(event.Listener):
+class Compiles(event.Listener):
     """Counts Numba's compilations (a function loaded from its on-disk cache is not one)."""
 
     def __init__(self):
@@ -91,7 +91,7 @@ def compile_kernels(models=None, dtypes=(np.float64, np.float32), jobs=1):
     units = [(name, dtype, sparse) for dtype in dtypes for sparse in (False, True) for name in models or MODELS]
     shares = _shares(units, jobs) if jobs > 1 else [units]
     children = []
-    compiles = _Compiles()
+    compiles = Compiles()
     try:
         children = [_child(share) for share in shares[1:]]
         with event.install_listener("numba:compile", compiles):
