@@ -252,14 +252,14 @@ def test_a_warmup_whose_loop_compiled_waits_for_its_child(monkeypatch):
     """When this process compiled (a first run), the child compiles the other loop to its end."""
     import tasks.arms as arms_module
 
-    class CompiledOnce(arms_module._Compiles):
+    class CompiledOnce(arms_module.Compiles):
         def __init__(self):
             super().__init__()
             self.count = 1
 
     recorded = _RecordedContext()
     monkeypatch.setattr(arms_module.multiprocessing, "get_context", lambda method: recorded)
-    monkeypatch.setattr(arms_module, "_Compiles", CompiledOnce)
+    monkeypatch.setattr(arms_module, "Compiles", CompiledOnce)
     rng = np.random.default_rng(0)
     X, y = rng.standard_normal((60, 8)), rng.standard_normal(60)
     warmup({"name": "lasso", "alpha": 0.1}, X, y, TWO_LOOPS)
