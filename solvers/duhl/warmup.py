@@ -45,9 +45,7 @@ def _shares(units, jobs):
     them; the groups go largest first to the share with the fewest units."""
     groups = {}
     for name, dtype, sparse in units:
-        X, y = _tiny(dtype, sparse)
-        key = (type(make_problem(name, X, y).theta), np.dtype(dtype).name, sparse)
-        groups.setdefault(key, []).append((name, dtype, sparse))
+        groups.setdefault((MODELS[name].math.Theta, np.dtype(dtype).name, sparse), []).append((name, dtype, sparse))
     shares = [[] for _ in range(jobs)]
     for group in sorted(groups.values(), key=len, reverse=True):
         min(shares, key=len).extend(group)

@@ -41,7 +41,8 @@ for mod in [m for m in list(sys.modules.values()) if getattr(m, "__name__", "").
             continue
         for cres in disp.overloads.values():
             ir = cres.library.get_llvm_str()
-            body = ir[ir.find("{", ir.find(f"@{cres.fndesc.mangled_name}(")):]
+            define = re.search(rf"^define [^\n]*@{re.escape(cres.fndesc.mangled_name)}\(", ir, re.M)
+            body = ir[define.end():]
             body = body[:body.find("\n}\n")]
             checked.append(name)
             if FAST.search(body):
