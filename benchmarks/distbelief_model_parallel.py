@@ -4,6 +4,7 @@
     python -m benchmarks.distbelief_model_parallel --arms all       # every arm of the preset (K = 4, 2 x 2 too)
     python -m benchmarks.distbelief_model_parallel --repeats 5 --steps-scale 2
     python -m benchmarks.distbelief_model_parallel --in-process     # each partition's work alone, no cluster
+    python -m benchmarks.distbelief_model_parallel --ping-pong      # what a message between two workers costs
 
 The arms are those of ``experiment=distbelief_model_parallel`` (composed from conf/, so the
 data, the two model sizes, the minibatch and the rates are the preset's), run by
@@ -21,6 +22,12 @@ own work in a step (its fetch's copy, its phases with the messages routed in mem
 gradient, Adagrad on its shard) and reports the slowest partition's: the step K partitions
 would take if no message cost anything and none waited, the bound that communication and
 the machine's load eat into.
+
+``--ping-pong`` times round trips of one message between the cluster's first two workers, as a
+partition sends it (a direct link, ``tasks.distbelief.links``) and as a Dask actor call: a
+few bytes, and one phase's activations of the large model at K = 2 (minibatch x half of the
+first hidden layer, 8-byte values). The median over ``--repeats`` x 100 round trips, the first
+tenth of each left out.
 """
 
 import argparse
@@ -28,6 +35,7 @@ import json
 import os
 import platform
 import statistics
+import threading
 import time
 from pathlib import Path
 
@@ -44,7 +52,9 @@ from solvers.distbelief.rules import make_rule
 from tasks.cluster import connect
 from tasks.data import load_dataset, resolve_path
 from tasks.distbelief.common import build_model, data_spec
+from tasks.distbelief.links import Links, Listener, worker_endpoint
 from tasks.distbelief.model_parallel import run_model_parallel
+from tasks.distbelief.partition import reuse_freed_memory
 
 DEFAULT_ARMS = ("large_k1", "large_k2", "small_k1", "small_k2")
 
@@ -110,6 +120,108 @@ def in_process(names, p, n_features, batch_size, repeats):
               f"{[round(t * 1e3, 1) for t in each]} | {vs} |", flush=True)
 
 
+class Mailbox:
+    """A Dask actor on a worker: what it received, by tag, from actor calls (``put``) or from
+    its listener's link."""
+
+    def __init__(self):
+        host, tls, _ = worker_endpoint()
+        self.items, self.cv = {}, threading.Condition()
+        self.listener = Listener("ping-pong", self.deliver, lambda sender: None, host, tls)
+
+    async def put(self, tag, value):
+        self.deliver(tag, value)
+
+    async def address(self):
+        return self.listener.address
+
+    async def close(self):
+        self.listener.close()
+
+    def deliver(self, tag, value):
+        with self.cv:
+            self.items[tag] = value
+            self.cv.notify_all()
+
+    def take(self, tag, timeout=30.0):
+        with self.cv:
+            if not self.cv.wait_for(lambda: tag in self.items, timeout):
+                raise TimeoutError(f"no message {tag} in {timeout:g}s")
+            return self.items.pop(tag)
+
+
+def ping_pong(key, me, peer, peer_address, n, nbytes, via):
+    """Worker ``me`` of two: ``n`` round trips of an ``nbytes`` message with the other, ``via``
+    "links" or "actor"; the median round trip in seconds, the first tenth left out."""
+    from distributed import get_worker, secede
+
+    secede()
+    reuse_freed_memory()  # as a partition does: a received array is then not mapped afresh each time
+    box = get_worker().state.actors[key]
+    message = np.ones((1, max(1, nbytes // 8)))
+    link = Links(me, [peer_address if j != me else None for j in range(2)], 30.0, tls=worker_endpoint()[2]) \
+        if via == "links" else None
+
+    def send(i):
+        if link is not None:
+            link.send(1 - me, i, "p", message)
+        else:
+            peer.put((i, "p", me), message)
+
+    times = []
+    try:
+        for i in range(n):
+            t0 = time.perf_counter()
+            if me == 0:
+                send(i)
+                box.take((i, "p", 1))
+            else:
+                box.take((i, "p", 0))
+                send(i)
+            times.append(time.perf_counter() - t0)
+    finally:
+        if link is not None:
+            link.close()
+    return float(np.median(times[n // 10:]))
+
+
+def ping_pongs(client, sizes, repeats, n=100):
+    """{(nbytes, via): [median round trip (s) of each repeat]} between the first two workers."""
+    workers = sorted(client.scheduler_info(n_workers=-1)["workers"])[:2]
+    if len(workers) < 2:
+        raise SystemExit("Error: --ping-pong needs a cluster of at least 2 workers.")
+    token = f"{time.time_ns():x}"
+    keys = [f"mailbox-{token}-{k}" for k in range(2)]
+    futures = [client.submit(Mailbox, actor=True, workers=[w], pure=False, key=key) for key, w in zip(keys, workers)]
+    boxes = [f.result() for f in futures]
+    addresses = [box.address().result() for box in boxes]
+    got = {}
+    try:
+        for _ in range(repeats):
+            for nbytes in sizes:
+                for via in ("links", "actor"):
+                    tasks = [client.submit(ping_pong, keys[k], k, boxes[1 - k], addresses[1 - k], n, nbytes, via,
+                                           workers=[workers[k]], allow_other_workers=False, pure=False)
+                             for k in range(2)]
+                    got.setdefault((nbytes, via), []).append(tasks[0].result(timeout=120))
+                    tasks[1].result(timeout=120)
+    finally:
+        for box in boxes:
+            box.close().result()
+        client.cancel(futures)
+    return got
+
+
+def report_ping_pongs(got, repeats):
+    print(f"\n### A message between two workers: round trip ({repeats} repeats of 100; "
+          f"{time.strftime('%Y-%m-%d %H:%M')}; load average {', '.join(f'{x:.2f}' for x in os.getloadavg())})\n")
+    print("| message (bytes) | direct link (ms) | Dask actor call (ms) | actor over link |")
+    print("|---:|---:|---:|---:|")
+    for nbytes in sorted({nbytes for nbytes, _ in got}):
+        link, actor = statistics.median(got[(nbytes, "links")]), statistics.median(got[(nbytes, "actor")])
+        print(f"| {nbytes:,} | {link * 1e3:.3f} | {actor * 1e3:.3f} | {actor / link:.1f}x |")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--arms", default=",".join(DEFAULT_ARMS), help="arm names of the preset, or 'all'")
@@ -118,6 +230,8 @@ def main():
     parser.add_argument("--out", default=None, help="write the numbers as JSON here")
     parser.add_argument("--in-process", action="store_true",
                         help="time each partition's own work in this process instead (no cluster, no messages' cost)")
+    parser.add_argument("--ping-pong", action="store_true",
+                        help="time a message's round trip between two workers, over a link and as an actor call")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides of the preset (e.g. model.hidden=[1024,1024])")
     args = parser.parse_args()
     cfg, p = preset(args.overrides)
@@ -127,6 +241,11 @@ def main():
         raise SystemExit(f"Error: arm(s) {unknown} are not in the preset: {sorted(p['arms'])}")
     if args.in_process:
         in_process(names, p, cfg.data.n_features, p["settings"]["batch_size"], max(5, 2 * args.repeats + 1))
+        return
+    if args.ping_pong:
+        batch, width = p["settings"]["batch_size"], list(p["model"]["hidden"])[0]
+        with connect(OmegaConf.to_container(cfg.cluster, resolve=True)) as client:
+            report_ping_pongs(ping_pongs(client, [64, batch * (width // 2) * 8], args.repeats), args.repeats)
         return
     dataset = load_dataset(p["data"], resolve_path(cfg.cache_dir, PROJECT_ROOT), PROJECT_ROOT)
     db = p["settings"]

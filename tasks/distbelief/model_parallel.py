@@ -2,8 +2,9 @@
 
 A replica is K partitions (``solvers.distbelief.partitions``), each a long-running task on
 its own worker holding its blocks of every layer (``tasks.distbelief.partition``), with an
-inbox (a Dask Actor beside it) where its peers put the activations and gradients it waits
-for. The parameter
+inbox (a Dask Actor beside it) where the driver starts its rounds and where the activations
+and gradients it waits for arrive from its peers, over direct links (``tasks.distbelief.links``).
+The parameter
 server is K shards (``tasks.distbelief.param_server.ParamShard``, Adagrad or a fixed rate
 per shard as in Downpour), cut along the same partitions: partition k of every replica
 fetches from and pushes to shard k only, as the paper's model partitions talk only to the
@@ -115,12 +116,13 @@ def run_model_parallel(client, spec: DataSpec, model_cfg: Mapping[str, Any], *, 
         rep.inbox_futures = [client.submit(Inbox, name, actor=True, workers=[where], pure=False, key=name)
                              for name, where in zip(names, rep.workers)]
         rep.inboxes = [f.result(timeout=timeout) for f in rep.inbox_futures]
+        endpoints = [inbox.endpoint().result(timeout=timeout) for inbox in rep.inboxes]
         first, last = spec.replica_rows(rep.index, R)
         rep.tasks = []
         for k, where in enumerate(rep.workers):
             data = rows_ref(parts, spec, model_cfg["name"], first, last, worker=where)
             rep.tasks.append(client.submit(
-                partition_loop, names[k], rep.index, k, K, shards[k], rep.inboxes, spec, dict(model_cfg), data,
+                partition_loop, names[k], rep.index, k, K, shards[k], endpoints, spec, dict(model_cfg), data,
                 batch_size, n_fetch, n_push, seed + rep.index + 10007 * rep.attempt, blas_threads, timeout,
                 first_round, workers=[where], allow_other_workers=False, pure=False, key=f"{names[k]}-loop"))
 
@@ -137,7 +139,7 @@ def run_model_parallel(client, spec: DataSpec, model_cfg: Mapping[str, Any], *, 
         if patience > 0:
             wait(rep.tasks, timeout=patience)
         ends = [f.result(timeout=timeout) for f in rep.tasks if f.status == "finished"]
-        client.cancel(rep.tasks + rep.inbox_futures)  # (a task depends on its peers' inboxes: after it)
+        client.cancel(rep.tasks + rep.inbox_futures)
         return ends
 
     def lost(rep: _Replica, live: set) -> Optional[str]:

@@ -3,8 +3,9 @@
 :func:`partition_loop` is partition k of one replica, a long-running task: rounds of Downpour
 steps (fetch from its parameter-server shard, the phases of ``solvers.distbelief.partitions.Part``
 with its peers' messages between them, push), each step timed. Its :class:`Inbox`, a Dask Actor
-on the same worker, receives what the peers send (worker to worker, on the event loop) and the
-driver's "go" of each round, and hands the driver the round's timings.
+on the same worker, receives the driver's "go" of each round and hands the driver the round's
+timings; the peers' messages come over direct links (``tasks.distbelief.links``), into the same
+inbox.
 """
 
 from __future__ import annotations
@@ -12,13 +13,14 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
 from solvers.distbelief.downpour import minibatches
 from solvers.distbelief.partitions import Part, Partitioning
 from tasks.distbelief.common import DataSpec, build_model
+from tasks.distbelief.links import Links, Listener, worker_endpoint
 from tasks.parts import materialize
 
 IDLE_S = 600.0  # how long a partition waits for the driver's next round before it gives up
@@ -32,10 +34,10 @@ class StopPartition(Exception):
 class Inbox:
     """The mailbox of one partition, a Dask Actor on the partition's worker.
 
-    Peers and the driver call its coroutines (``put``, ``close``, ``report``): they run on
-    the worker's event loop, never queued behind a thread busy computing. The partition's
-    task, on the same worker process, takes what it waits for with :meth:`take` and posts
-    a round's timings with :meth:`done`.
+    The driver calls its coroutines (``put``, ``close``, ``report``, ``endpoint``): they run
+    on the worker's event loop, never queued behind a thread busy computing. Its listener's
+    threads deliver the peers' messages. The partition's task, on the same worker process,
+    takes what it waits for with :meth:`take` and posts a round's timings with :meth:`done`.
     """
 
     def __init__(self, name: str):
@@ -48,7 +50,20 @@ class Inbox:
         self._closed = False
         self._reports: Dict[int, dict] = {}
         self._events: Dict[int, asyncio.Event] = {}
+        self._gone: set = set()  # peers whose link ended
+        host, tls, _ = worker_endpoint()
+        self._listener = Listener(name, self._deliver, self._lost, host, tls)
         _INBOXES[name] = self
+
+    def _deliver(self, tag, value) -> None:
+        with self._cv:
+            self._items[tag] = value
+            self._cv.notify_all()
+
+    def _lost(self, sender: int) -> None:
+        with self._cv:
+            self._gone.add(sender)
+            self._cv.notify_all()
 
     # -- called through the actor (event loop) --------------------------------------
     async def put(self, tag, value) -> None:
@@ -60,7 +75,12 @@ class Inbox:
         with self._cv:
             self._closed = True
             self._cv.notify_all()
+        self._listener.close()
         _INBOXES.pop(self.name, None)
+
+    async def endpoint(self):
+        """(host, port) where the peers connect their links."""
+        return self._listener.address
 
     async def report(self, round_id: int, timeout: float) -> Optional[dict]:
         """The partition's timings of round ``round_id`` once it ends (None after ``timeout`` s)."""
@@ -74,12 +94,16 @@ class Inbox:
         return self._reports.pop(round_id)
 
     # -- called by the partition's task, in this process --------------------------------
-    def take(self, tag, timeout: float):
+    def take(self, tag, timeout: float, sender: Optional[int] = None):
+        """What was put or delivered under ``tag`` (from peer ``sender``, whose lost link fails it)."""
         with self._cv:
-            if not self._cv.wait_for(lambda: tag in self._items or self._closed, timeout):
+            if not self._cv.wait_for(lambda: tag in self._items or self._closed or sender in self._gone, timeout):
                 raise TimeoutError(f"partition {self.name} waited {timeout:g}s for message {tag}")
             if self._closed:
                 raise StopPartition()
+            if tag not in self._items:
+                raise ConnectionError(f"partition {self.name}: the link from partition {sender} ended "
+                                      f"before message {tag}")
             return self._items.pop(tag)
 
     def done(self, round_id: int, report: dict) -> None:
@@ -111,17 +135,6 @@ class _ShardLink:
             self.shard.push(g, token, n_samples).result(timeout=self.timeout)
 
 
-def _check_sends(sends: List[Any]) -> List[Any]:
-    """The sends not yet acknowledged; raises the error of one that failed (a lost peer)."""
-    pending = []
-    for ack in sends:
-        if ack.done():
-            ack.result()
-        else:
-            pending.append(ack)
-    return pending
-
-
 def reuse_freed_memory() -> bool:
     """Let glibc's malloc in this worker keep the memory it frees for the next allocation: a step
     allocates the same arrays as the step before. Dask's workers set MALLOC_TRIM_THRESHOLD_,
@@ -140,11 +153,11 @@ def reuse_freed_memory() -> bool:
     return bool(mallopt(M_MMAP_THRESHOLD, 32 << 20)) and bool(mallopt(M_TRIM_THRESHOLD, 256 << 20))
 
 
-def partition_loop(name: str, replica: int, k: int, n_partitions: int, shard, peers: List[Any], spec: DataSpec,
-                   model_cfg: Mapping[str, Any], rows, batch_size: int, n_fetch: int, n_push: int, seed: int,
-                   blas_threads: int, timeout: float, first_round: int = 0) -> dict:
+def partition_loop(name: str, replica: int, k: int, n_partitions: int, shard, peers: List[Tuple[str, int]],
+                   spec: DataSpec, model_cfg: Mapping[str, Any], rows, batch_size: int, n_fetch: int, n_push: int,
+                   seed: int, blas_threads: int, timeout: float, first_round: int = 0) -> dict:
     """Partition k of a replica (runs on a worker until its inbox is closed): rounds of steps,
-    the first one numbered ``first_round``."""
+    the first one numbered ``first_round``; ``peers[j]`` is partition j's listening address."""
     from distributed import secede
     from threadpoolctl import threadpool_info, threadpool_limits
 
@@ -161,8 +174,9 @@ def partition_loop(name: str, replica: int, k: int, n_partitions: int, shard, pe
     plan = [(phase, str(phase), str(phases[i - 1]) if i else "", partitioning.senders(phase, k))
             for i, phase in enumerate(phases)]
     batches = minibatches(X.shape[0], batch_size, seed)  # the same seed, so the same rows, on every partition
-    step, w, token, acc, n_acc, sends = 0, None, 0, None, 0, []
-    with threadpool_limits(limits=blas_threads, user_api="blas"):
+    step, w, token, acc, n_acc = 0, None, 0, None, 0
+    links = Links(k, peers, timeout, tls=worker_endpoint()[2])
+    with links, threadpool_limits(limits=blas_threads, user_api="blas"):
         threads = sorted({int(p["num_threads"]) for p in threadpool_info() if p.get("user_api") == "blas"})
         round_id = first_round
         while True:
@@ -185,10 +199,10 @@ def partition_loop(name: str, replica: int, k: int, n_partitions: int, shard, pe
                 waited = 0.0
                 for phase, tag, before, senders in plan:
                     t1 = time.perf_counter()
-                    received = {j: inbox.take((step, before, j), timeout) for j in senders}
+                    received = {j: inbox.take((step, before, j), timeout, sender=j) for j in senders}
                     waited += time.perf_counter() - t1
                     for j, message in part.run(phase, received).items():
-                        sends.append(peers[j].put((step, tag, k), message))
+                        links.send(j, step, tag, message)
                         sent += message.nbytes
                     part.settle()  # the weights' gradient while the messages travel
                 losses[i], g = part.finish()  # (Part's buffer, overwritten by the next step)
@@ -203,7 +217,6 @@ def partition_loop(name: str, replica: int, k: int, n_partitions: int, shard, pe
                     server.push(g if acc is None else acc, token, n_acc if k == 0 else 0)
                     t_ps += time.perf_counter() - t1
                     acc, n_acc = None, 0
-                sends = _check_sends(sends)
                 times[i] = (time.perf_counter() - t0, waited, t_ps)
             inbox.done(round_id, {"times": times, "losses": losses, "bytes": sent, "steps": step})
             round_id += 1

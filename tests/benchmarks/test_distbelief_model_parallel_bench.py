@@ -53,3 +53,19 @@ def test_in_process_times_every_partitions_work_without_a_cluster(tmp_path, monk
         assert rows[name][2] == str(K) and len(each) == K and all(t > 0 for t in each)
         assert float(rows[name][3]) >= max(each) - 0.05  # the slowest partition's step, each rounded to 0.1 ms
     assert rows["large_k1"][5].strip(" |") == "-" and rows["large_k2"][5].strip(" |").endswith("x")
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(300)
+def test_ping_pong_times_a_round_trip_over_a_link_and_as_an_actor_call(dask_client, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["bench", "--ping-pong", "--repeats", "1", *TINY, "cluster=remote",
+                                      f"cluster.address={dask_client.scheduler.address}"])
+    bench.main()
+    rows = [line.split(" | ") for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and
+            line[2].isdigit()]
+    # a few bytes, and a phase's activations at K = 2: 64 rows x half of the 6 units x 8 bytes
+    assert [r[0].strip("| ") for r in rows] == ["64", f"{64 * 3 * 8:,}"]
+    for r in rows:
+        link, actor = float(r[1]), float(r[2])
+        assert 0 < link and 0 < actor  # the ratio, of the unrounded times:
+        assert float(r[3].strip(" |x")) == pytest.approx(actor / link, rel=0.01, abs=0.1)

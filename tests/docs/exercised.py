@@ -71,6 +71,9 @@ EXERCISED = {
     ".venv/bin/python -m benchmarks.distbelief_model_parallel --repeats 3":
         "tests/benchmarks/test_distbelief_model_parallel_bench.py::"
         "test_the_bench_runs_the_arms_and_reports_steps_against_one_partition",
+    ".venv/bin/python -m benchmarks.distbelief_model_parallel --ping-pong --repeats 3":
+        "tests/benchmarks/test_distbelief_model_parallel_bench.py::"
+        "test_ping_pong_times_a_round_trip_over_a_link_and_as_an_actor_call",
     'make experiment ARGS="tracking=none progress=false"': TINY_RUN,
     'make experiment ARGS="+experiment.arms.importance.selection=importance"': TINY_RUN,
     'make experiment ARGS="+experiment.arms.sk={name:peer_sklearn}"': TINY_RUN,

@@ -77,6 +77,27 @@ def test_partitioned_replica_equals_sequential_adagrad_and_sends_the_predicted_b
     assert result.trace["samples"].iloc[-1] == 15 * B and result.failures == []
 
 
+def _tls_contexts(dask_worker):
+    from tasks.distbelief.links import worker_endpoint
+
+    return [ctx is not None for ctx in worker_endpoint(dask_worker)[1:]]
+
+
+def test_on_a_tls_cluster_the_partitions_link_with_its_certificates_and_train_as_sequential_adagrad(spec,
+                                                                                                 tls_security):
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, protocol="tls", host="127.0.0.1",
+                      security=tls_security, dashboard_address=None) as cluster, \
+            Client(cluster, security=tls_security) as client:
+        assert set(map(tuple, client.run(_tls_contexts).values())) == {(True, True)}
+        result = run_model_parallel(client, spec, MODEL, n_partitions=2, rule="adagrad", lr=LR, batch_size=B,
+                                    steps_per_round=5, max_steps=10, seed=SEED, n_eval=100, timeout=30)
+    model = build_model(MODEL, spec.n_features, spec.n_train)
+    np.testing.assert_allclose(result.w, adagrad_sgd(spec, model.init(SEED), [(SEED, 10)]), rtol=1e-10, atol=1e-12)
+    assert result.status == "max_steps" and result.failures == []
+
+
 def _profiling(dask_worker):
     profiler = dask_worker.periodic_callbacks.get("profile")
     return profiler is not None and profiler.is_running()
