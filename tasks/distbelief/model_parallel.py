@@ -300,6 +300,9 @@ def run_model_parallel(client, spec: DataSpec, model_cfg: Mapping[str, Any], *, 
     finally:
         ends = [end for rep in replicas for end in stop_replica(rep, timeout)]
         client.run(_resume_profiler, workers=[w for w, was in paused.items() if was is True], on_error="ignore")
+    if not sent["samples"] and failures:  # every round's replicas were lost: nothing trained
+        client.cancel([*shard_futures, *inputs])
+        raise RuntimeError(f"no replica finished a step in {len(rows)} round(s); last: {failures[-1]['what']}")
     w = read_w()
     client.cancel([*shard_futures, *inputs])
     trace = pd.DataFrame(rows)

@@ -9,7 +9,8 @@ none of the driver's files. The driver is this process.
 - a worker killed mid-run (its whole process group): the run completes, its shards
   shipped again; the scheduler killed mid-run: the runs end FAILED with one line;
 - the same over TLS (certificates made here with ``cryptography``); a plain tcp://
-  client is refused with one line.
+  client is refused with one line; model parallelism's two partitions on the two hosts,
+  linked over TLS, train as one partition does.
 
 Run as root: ``make test-multihost`` (skipped with the reason otherwise)."""
 
@@ -40,6 +41,11 @@ DISTBELIEF = ["experiment=distbelief", "model=logistic", "data=synthetic_dense",
               "experiment.distbelief.target_loss=0.40", "experiment.distbelief.target_accuracy=0.80",
               "experiment.distbelief.n_eval=400", "experiment.distbelief.lr_grid=[]",
               *[f"~experiment.arms.{a}" for a in ("adagrad_1", "adagrad_4", "adagrad_killed")]]
+MODEL_PARALLEL = ["experiment=distbelief_model_parallel", "data.n_samples=400", "data.n_features=8",
+                  "data.n_informative=4", "model.hidden=[6,6]", "experiment.distbelief.n_eval=100",
+                  *[f"~experiment.arms.{a}" for a in ("large_k4", "small_k1", "small_k2", "small_k4", "large_r2_k2")],
+                  *[f"experiment.arms.{a}.{k}={v}" for a in ("large_k1", "large_k2")
+                    for k, v in (("steps_per_round", 2), ("max_steps", 6))]]
 # what an arm computes, round by round (not how long it took)
 MATH = ["round", "epoch", "primal", "dual", "gap", "rel_gap", "suboptimality", "bits_sent", "bytes_h2d"]
 
@@ -224,6 +230,15 @@ def test_tls_cluster_runs_the_experiment_and_refuses_plain_tcp(netns, experiment
         pd.testing.assert_frame_equal(trace[cols], here[arm][cols], check_exact=True)
     parent, arms = runs_of(experiment.uri, "single")
     assert parent.info.status == "FINISHED" and parent.data.tags["data_access"] == "scatter"
+
+    # model parallelism: a replica's two partitions on the two hosts, their links over TLS, train as one
+    # partition on one host does (the same minibatches: partitioned equals whole to rounding)
+    experiment(*MODEL_PARALLEL, *remote(c, **tls), out="model-parallel")
+    parent, arms = runs_of(experiment.uri, "distbelief_model_parallel")
+    assert parent.info.status == "FINISHED" and {r.info.status for r in arms.values()} == {"FINISHED"}
+    k1, k2 = (arms[name].data.metrics for name in ("large_k1", "large_k2"))
+    assert k2["bytes_per_step"] == 8 * 64 * (2 * 6 + 2) and k1["bytes_per_step"] == 0  # layer 1 both ways, the logit
+    assert k2["final_train_loss"] == pytest.approx(k1["final_train_loss"], rel=1e-9)
 
     plain = "tcp://" + c.scheduler_address.split("://")[1]
     with pytest.raises(SystemExit) as error:

@@ -152,6 +152,31 @@ def test_a_lost_partition_worker_is_rebuilt_from_the_parameter_server_and_traini
     np.testing.assert_allclose(result.w, expected, rtol=1e-10, atol=1e-12)
 
 
+def _refuse_links(undo=False):
+    """In a worker: every partition's links refused (``undo``: the real ones back)."""
+    import tasks.distbelief.partition as partition
+    from tasks.distbelief.links import Links
+
+    class Refused(Links):
+        def __init__(self, *args, **kwargs):
+            raise ConnectionRefusedError("refused (test)")
+
+    partition.Links = Links if undo else Refused
+
+
+def test_a_replica_whose_partitions_never_link_fails_the_run_with_the_reason(dask_client, spec):
+    """Rebuilt every round and never able to step, the replica trains nothing: the run fails
+    (before, it ended as if its steps had run)."""
+    dask_client.run(_refuse_links)
+    try:
+        with pytest.raises(RuntimeError, match=r"no replica finished a step in 3 round\(s\); last: replica 0: "
+                                               r"partition \d failed: ConnectionRefusedError\('refused \(test\)'\)"):
+            run_model_parallel(dask_client, spec, MODEL, n_partitions=2, rule="adagrad", lr=LR, batch_size=B,
+                               steps_per_round=2, max_steps=6, max_restarts=10, seed=SEED, n_eval=100, timeout=30)
+    finally:
+        dask_client.run(_refuse_links, undo=True)
+
+
 def test_a_partitions_worker_reuses_the_memory_it_frees():
     """Dask's workers run with MALLOC_TRIM_THRESHOLD_ set, so that every array of 128 KiB or more
     is mapped afresh and page-faults as it is written: a network's step allocates the same arrays
