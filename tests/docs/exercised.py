@@ -156,6 +156,10 @@ EXERCISED = {
     "--dashboard-address 10.0.0.2:0 --local-directory /local/scratch": DISK_WORKERS,
     ".venv/bin/python -m pipelines.experiment experiment=cocoa_disk cluster=remote "
     "cluster.address=tcp://10.0.0.1:8786 cluster.data_access=disk": DISK_WORKERS,
+    '.venv/bin/python -m pipelines.experiment experiment=cocoa_disk tracking.uri=sqlite:///rss.db progress=false '
+    '"~experiment.arms.k1" "~experiment.arms.k2" "~experiment.arms.duhl" "~experiment.arms.peer_spark" '
+    '"experiment.baselines=[]" "+experiment.arms.k4b={name:cocoa,n_parts:4,local_epochs:1}" '
+    '"+experiment.arms.k4c={name:cocoa,n_parts:4,local_epochs:1}"': COCOA_DISK,
     "make test-multihost": f"{MULTIHOST}::test_a_worker_killed_mid_run_the_run_completes_its_shards_shipped_again",
     # user guide: the MLflow UI, sweeps
     "make ui": "tests/pipelines/test_ui.py::test_make_ui_serves_the_runs",
