@@ -4,9 +4,8 @@ A replica is K partitions (``solvers.distbelief.partitions``), each a long-runni
 its own worker holding its blocks of every layer (``tasks.distbelief.partition``), with an
 inbox (a Dask Actor beside it) where the driver starts its rounds and where the activations
 and gradients it waits for arrive from its peers, over direct links (``tasks.distbelief.links``).
-The parameter
-server is K shards (``tasks.distbelief.param_server.ParamShard``, Adagrad or a fixed rate
-per shard as in Downpour), cut along the same partitions: partition k of every replica
+The parameter server is K shards (``tasks.distbelief.param_server.ParamShard``, Adagrad or a
+fixed rate per shard as in Downpour), cut along the same partitions: partition k of every replica
 fetches from and pushes to shard k only, as the paper's model partitions talk only to the
 shards that hold their parameters. Replicas run asynchronously, as in Downpour.
 
