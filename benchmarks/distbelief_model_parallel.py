@@ -35,7 +35,6 @@ import json
 import os
 import platform
 import statistics
-import threading
 import time
 from pathlib import Path
 
@@ -52,9 +51,9 @@ from solvers.distbelief.rules import make_rule
 from tasks.cluster import connect
 from tasks.data import load_dataset, resolve_path
 from tasks.distbelief.common import build_model, data_spec
-from tasks.distbelief.links import Links, Listener, worker_endpoint
+from tasks.distbelief.links import Links, worker_endpoint
 from tasks.distbelief.model_parallel import run_model_parallel
-from tasks.distbelief.partition import reuse_freed_memory
+from tasks.distbelief.partition import Inbox, reuse_freed_memory
 
 DEFAULT_ARMS = ("large_k1", "large_k2", "small_k1", "small_k2")
 
@@ -120,36 +119,6 @@ def in_process(names, p, n_features, batch_size, repeats):
               f"{[round(t * 1e3, 1) for t in each]} | {vs} |", flush=True)
 
 
-class Mailbox:
-    """A Dask actor on a worker: what it received, by tag, from actor calls (``put``) or from
-    its listener's link."""
-
-    def __init__(self):
-        host, tls, _ = worker_endpoint()
-        self.items, self.cv = {}, threading.Condition()
-        self.listener = Listener("ping-pong", self.deliver, lambda sender: None, host, tls)
-
-    async def put(self, tag, value):
-        self.deliver(tag, value)
-
-    async def address(self):
-        return self.listener.address
-
-    async def close(self):
-        self.listener.close()
-
-    def deliver(self, tag, value):
-        with self.cv:
-            self.items[tag] = value
-            self.cv.notify_all()
-
-    def take(self, tag, timeout=30.0):
-        with self.cv:
-            if not self.cv.wait_for(lambda: tag in self.items, timeout):
-                raise TimeoutError(f"no message {tag} in {timeout:g}s")
-            return self.items.pop(tag)
-
-
 def ping_pong(key, me, peer, peer_address, n, nbytes, via):
     """Worker ``me`` of two: ``n`` round trips of an ``nbytes`` message with the other, ``via``
     "links" or "actor"; the median round trip in seconds, the first tenth left out."""
@@ -157,7 +126,7 @@ def ping_pong(key, me, peer, peer_address, n, nbytes, via):
 
     secede()
     reuse_freed_memory()  # as a partition does: a received array is then not mapped afresh each time
-    box = get_worker().state.actors[key]
+    box = get_worker().state.actors[key]  # the Inbox actor on this worker
     message = np.ones((1, max(1, nbytes // 8)))
     link = Links(me, [peer_address if j != me else None for j in range(2)], 30.0, tls=worker_endpoint()[2]) \
         if via == "links" else None
@@ -174,9 +143,9 @@ def ping_pong(key, me, peer, peer_address, n, nbytes, via):
             t0 = time.perf_counter()
             if me == 0:
                 send(i)
-                box.take((i, "p", 1))
+                box.take((i, "p", 1), 30.0)
             else:
-                box.take((i, "p", 0))
+                box.take((i, "p", 0), 30.0)
                 send(i)
             times.append(time.perf_counter() - t0)
     finally:
@@ -191,10 +160,10 @@ def ping_pongs(client, sizes, repeats, n=100):
     if len(workers) < 2:
         raise SystemExit("Error: --ping-pong needs a cluster of at least 2 workers.")
     token = f"{time.time_ns():x}"
-    keys = [f"mailbox-{token}-{k}" for k in range(2)]
-    futures = [client.submit(Mailbox, actor=True, workers=[w], pure=False, key=key) for key, w in zip(keys, workers)]
+    keys = [f"ping-pong-{token}-{k}" for k in range(2)]
+    futures = [client.submit(Inbox, key, actor=True, workers=[w], pure=False, key=key) for key, w in zip(keys, workers)]
     boxes = [f.result() for f in futures]
-    addresses = [box.address().result() for box in boxes]
+    addresses = [box.endpoint().result() for box in boxes]
     got = {}
     try:
         for _ in range(repeats):

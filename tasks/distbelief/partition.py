@@ -67,9 +67,7 @@ class Inbox:
 
     # -- called through the actor (event loop) --------------------------------------
     async def put(self, tag, value) -> None:
-        with self._cv:
-            self._items[tag] = value
-            self._cv.notify_all()
+        self._deliver(tag, value)
 
     async def close(self) -> None:
         with self._cv:
