@@ -31,8 +31,9 @@ driver adds the margins' changes, v += gamma sum_k dv_k, and sets z = grad f(v).
 
 The duality gap is a sum of coordinate gaps, so each part sums its own at the
 broadcast state; the driver adds K numbers. A round's gaps are those of the
-state the round starts from, so every reported gap is exact; on convergence
-the driver returns that certified start state. K = 1, gamma = 1 is
+state the round starts from, so every reported gap is exact (but for parts on
+disk and compressed messages, below); on convergence the driver returns that
+certified start state. K = 1, gamma = 1 is
 single-machine SCD (DuHL with all data resident): same coordinate order, same trace.
 
 Compressed messages (``compressor``): each part sends Q(v_k - h_k) with DIANA's
@@ -50,10 +51,13 @@ Local solvers: ``"scd"`` (H epochs of in-memory SCD over the part) or
 ``"duhl"`` (DuHL under a device ``memory_budget`` for H epochs' worth of
 coordinate updates on the local subproblem). Parts whose data is on disk (each its own
 shard, built by the caller's executor: tasks/distributed_glm) run DuHL from disk with
-``host_budget`` of RAM for H DuHL rounds a round: the pass over the shard at the broadcast
-state gives both the part's gap and DuHL's gap memory, then H times the largest gaps are read
-into the RAM block and an epoch runs on it (H counts epochs of the block there), and DuHL
-certifies its end state. The trace then
+``host_budget`` of RAM for H DuHL rounds a round, continuing their block and gap memory from
+round to round: H times the largest remembered gaps are swapped into the RAM block and an epoch
+runs on it (H counts epochs of the block there) while the oldest gaps are refreshed, and a part
+reports its memory's estimate of its gap at the broadcast state. A round whose estimates sum to
+the target, or in which every part's local solve reached its share of it, is followed by an exact
+one, in which each part reads every gap at the broadcast state (its first round does too): the
+run stops only on such a certified gap. The trace then
 has ``bytes_disk`` (all parts, so far) and, per part k, ``part<k>_bytes_disk`` and
 ``part<k>_bits_sent``.
 """
@@ -257,14 +261,18 @@ class CoCoA:
 
         updates, rnd, status = 0, 0, None
         local_s = comm_s = disk_s = 0.0
-        exact = False  # this round's messages uncompressed (compressed runs, before certifying)
-        certified = True  # the broadcast state is exact: the gaps about to be summed are certified
+        # this round's messages uncompressed (compressed runs, before certifying), and the parts on disk
+        # read every gap at the broadcast state
+        exact = False
+        certified = True  # the broadcast state is exact
+        asks_exact = compressed or self.host_budget is not None
         while True:
             t_round = time.perf_counter()
-            results = executor.round(z, off, H, exact) if compressed else executor.round(z, off, H)
+            results = executor.round(z, off, H, exact) if asks_exact else executor.round(z, off, H)
             results = [RoundOutput(*r) for r in results]
             wall = time.perf_counter() - t_round
             gap = float(sum(r.gap for r in results))
+            exact_row = certified and all(r.certified for r in results)  # exact state, exact gaps
             work = max(r.seconds for r in results)
             for k, r in enumerate(results):  # a round's reads are of its start pass too: counted in its row
                 part_disk[k] += r.bytes_disk
@@ -273,9 +281,9 @@ class CoCoA:
             if rnd > 0:
                 local_s += work
                 comm_s += max(wall - work, 0.0)
-            record(rnd, gap, updates, dict(local_s=local_s, comm_s=comm_s, certified=float(certified),
+            record(rnd, gap, updates, dict(local_s=local_s, comm_s=comm_s, certified=float(exact_row),
                                            local_epochs=H))
-            if gap <= tol_abs and certified:
+            if gap <= tol_abs and exact_row:
                 status = "converged"
                 break
             if updates >= self.max_epochs * n:
@@ -309,7 +317,11 @@ class CoCoA:
                 z, off = problem.state_of(v)
             updates += sum(r.updates for r in results)  # (H epochs of each part's coordinates; on disk, of its block)
             certified = not compressed or exact
-            exact = compressed and not exact and gap <= tol_abs  # an estimate at the target: verify
+            # an estimate at the target: verify (compressed: exact messages make the next state exact; on
+            # disk: the next round's gaps are read whole, also once every part's local solve reached its share)
+            settled = all(r.settled for r in results)
+            exact = (((compressed and not exact) and gap <= tol_abs)
+                     or (self.host_budget is not None and (gap <= tol_abs or settled)))
             if self.local_epochs == "auto" and rnd == 1:
                 epoch_s = max((r.seconds - r.gap_s) / H for r in results)
                 other_s = (wall - work) + max(r.gap_s for r in results)  # communication and the gap pass
@@ -321,7 +333,8 @@ class CoCoA:
         # the parts have advanced past the certified state: the driver's a is the answer
         frame = pd.DataFrame(rows)
         if not rows[-1]["certified"] and problem.info.get("skeleton"):
-            notes.append("stopped on an estimated gap (compressed messages): the final gap is not certified")
+            notes.append("stopped on an estimated gap (compressed messages, or parts on disk): the final gap is not "
+                         "certified")
         if not problem.info.get("skeleton"):  # re-evaluate from a alone: no drift in z can hide
             z, off = problem.state_from(a)
         primal, dual, gap = problem.objectives(a, z, off, gap=None if not problem.info.get("skeleton")

@@ -17,9 +17,12 @@ local epochs, applies a_[k] += gamma da itself, and sends the driver its message
 A part whose data is on disk (its shard: a problem of
 :func:`solvers.glm.problems.make_problem_on_disk`'s kind, ``host_budget`` of RAM for it) runs
 DuHL from disk as its local solver. The part knows the state its round starts from (the
-broadcast one), so DuHL's start reads no data for it (:class:`LocalSubproblem`), and DuHL's
-first pass over every coordinate's gap at that state is the part's share of the global gap:
-one pass over the shard a round gives both the certificate and the local solver's gap memory.
+broadcast one), so DuHL's start reads no data for it (:class:`LocalSubproblem`). Its block in RAM
+and its gap memory carry over from one round to the next (a :class:`Carry`): a round swaps
+the block's rows by the memory's (stale) gaps, refreshes the oldest of them as DuHL does, and
+reports the memory's estimate of its gap, not certified. An ``exact`` round (the driver asks
+for one once the estimates reach the target) reads every gap at the broadcast state again: its
+sum is the part's certified share of the global gap, and DuHL's gap memory starts anew from it.
 
 Bits follow :mod:`solvers.distributed_glm.compression`'s wire convention (a float is
 32 bits): the message, plus 32 bits for the gap and 32 for the intercept offset
@@ -40,16 +43,17 @@ import numpy as np
 
 from solvers.distributed_glm.compression import FLOAT_BITS, make_compressor
 from solvers.duhl.budget import parse_budget
+from solvers.duhl.loops.python import Carry
 from solvers.duhl.solver import DuHL
 from solvers.glm.models import quadratic_majorant
 from solvers.glm.problems import Problem
 from solvers.kernels import cpu
 from solvers.storage.on_disk import DEFAULT_BUFFER_BYTES
 
-# The local DuHL's stale-gap refresh on disk, fixed: DuHL's "auto" measures the disk against the
-# gap kernel on its first pass, a timing, which a part's rounds must not depend on (a part runs
-# one DuHL round a round, so no refresh is ever planned: its value changes nothing read).
-DISK_REFRESH = 1.0
+# The stale gaps a part on disk refreshes a round, in bytes per byte its block epoch touches: fixed, as
+# DuHL's "auto" would time the disk against the gap kernel and a part's iterates must not depend on a
+# timing. Less re-reads less of the shard a round and takes more rounds (design-decisions/clusters.md).
+DISK_REFRESH = 0.25
 
 
 def ram_block_rows(host_bytes, row_bytes):
@@ -125,18 +129,18 @@ class RoundOutput(NamedTuple):
     bytes_disk: int = 0  # bytes the part read from disk this round (a part on disk)
     disk_s: float = 0.0  # seconds it spent reading them
     updates: int = 0     # coordinate updates it made (H epochs of its coordinates; on disk, of its block)
+    certified: bool = True  # gap is exact (on disk: False when it is the gap memory's estimate)
+    settled: bool = False   # on disk: its local solve ended at its share of the target (a certified local gap)
 
 
 @dataclass
 class LocalSubproblem(Problem):
     """A part's local subproblem whose start state is known: ``start`` = (a, z, off), the state
     the round starts from. ``state_from(a)`` at that a returns it without reading the data (on
-    disk, A^T a is a pass over every coordinate with a_i != 0), and the first pass over every
-    coordinate's gap at it records their sum in ``start_gap`` (with its seconds in
-    ``start_gap_s``): DuHL's gap memory starts from that pass, and the part reports its sum."""
+    disk, A^T a is a pass over every coordinate with a_i != 0); ``start_gap_s`` adds up the
+    seconds spent on gaps at that state."""
 
     start: Optional[tuple] = None
-    start_gap: Optional[float] = None
     start_gap_s: float = 0.0
 
     def _at_start(self, a, z=None, off=None):
@@ -152,9 +156,8 @@ class LocalSubproblem(Problem):
     def coordinate_gaps(self, a, z, off, coords=None, with_s=False):
         started = time.perf_counter()
         out = super().coordinate_gaps(a, z, off, coords, with_s)
-        if coords is None and self.start_gap is None and self._at_start(a, z, off):
-            self.start_gap = float((out[0] if with_s else out).sum())
-            self.start_gap_s = time.perf_counter() - started
+        if self._at_start(a, z, off):
+            self.start_gap_s += time.perf_counter() - started
         return out
 
 
@@ -186,6 +189,8 @@ class CocoaPart:
                 disk, before = self.problem.A, self.problem.A.bytes_read
                 self.problem = self.problem.in_memory()
                 self.loaded_bytes = int(disk.bytes_read - before)
+        # the local DuHL's block and gap memory, from one round to the next (a part on disk)
+        self.carry = Carry() if self.problem.on_disk else None
         # the local subproblems' form (the problem's own gaps certify: self.problem)
         self.quad, self.smoothness = local_form(self.problem)
         self.lo, self.hi = lo, hi
@@ -217,24 +222,30 @@ class CocoaPart:
 
     def set_a(self, a):
         self.a = np.array(a, dtype=np.float64)
+        if self.carry is not None:  # its gap memory's proofs held at the old a
+            self.carry.forget()
         if self.compressor is not None:
             self.v = self.contribution()
 
     def gaps(self, z, off):
         return float(self.problem.coordinate_gaps(self.a, z, off).sum())
 
-    def local_on_disk(self, z, off, local_epochs=None):
+    def local_on_disk(self, z, off, local_epochs=None, exact=False):
         """Round on disk: H DuHL rounds from the shard under ``host_budget`` of RAM, from the broadcast
-        state: its pass over every gap (the part's gap), then H times the block of largest gaps read and
-        an epoch on it (or none of it once its gap is at ``local_tol`` times P(0)). Returns (gap at the
-        broadcast state, its seconds, dv, d_off, da, coordinate updates).
+        state, continuing the last round's block and gap memory (:class:`Carry`): H times the block of
+        largest remembered gaps swapped in and an epoch on it, the oldest gaps refreshed beside it (or
+        nothing once the part's gap is at ``local_tol`` times P(0)). The part's gap is the memory's
+        estimate at the broadcast state after the first refresh; ``exact`` (and the first round): a
+        pass over every gap there first, its sum certified. Returns (gap at the broadcast state,
+        whether certified, its seconds, dv, d_off, da, coordinate updates, whether the local solve
+        converged).
 
-        The local end state is not certified (DuHL's ``certify_end=False``): that would be a second pass
-        over the shard, and the next round's pass at the broadcast state certifies what the round led to.
-        H counts DuHL rounds (epochs of the block), not epochs of the shard: a solve reads the whole shard
-        once whatever it does, and with K > 1 CoCoA+'s rounds, not the local work, set how far a round gets
-        (on a 164 MB logistic problem, K = 2: 22-23 rounds with one block epoch or a shard's (4-5 blocks')).
-        One part (K = 1) is DuHL itself: a large H solves it in one round."""
+        The local end state is not certified (DuHL's ``certify_end=False``): that would be a pass
+        over the shard, and the driver asks for an exact round once the estimates reach the target.
+        H counts DuHL rounds (epochs of the block), not epochs of the shard: with K > 1 CoCoA+'s
+        rounds, not the local work, set how far a round gets (on a 164 MB logistic problem, K = 2:
+        22-23 rounds with one block epoch or a shard's (4-5 blocks')). One part (K = 1) is DuHL itself:
+        a large H solves it in one round."""
         p = self.quad
         epochs = self.local_epochs if local_epochs is None else int(local_epochs)
         n = p.n_coords
@@ -247,16 +258,20 @@ class CocoaPart:
         fields = {f.name: getattr(p, f.name) for f in dataclasses.fields(Problem)}
         local = LocalSubproblem(**{**fields, "c": c_local, "b": -z / c_local},
                                 start=(self.a, z, start_off))
+        if exact:
+            self.carry.forget()
+        # a solve from the carried memory certifies nothing itself (tol 0): a part's certificate is of use
+        # only in a round in which every part reads its gaps whole, which the driver asks for
+        tol = self.local_tol if self.carry.memory is None else 0.0
         # H DuHL rounds, an epoch of the block each (no prefetch: a block staged past the last round is a waste)
-        solver = DuHL(host_budget=self.host_budget, selection="gap", local_epochs=1, tol=self.local_tol,
+        solver = DuHL(host_budget=self.host_budget, selection="gap", local_epochs=1, tol=tol,
                       max_epochs=epochs_of(epochs * min(block, n), n), device="cpu", random_state=self.rng,
                       prefetch=0.0, refresh=DISK_REFRESH, certify_end=False)
-        res = solver.solve(local, a0=self.a)
-        if local.start_gap is None:  # (a loop that read no full pass at the start: the part's own pass)
-            started = time.perf_counter()
-            local.start_gap, local.start_gap_s = self.gaps(z, off), time.perf_counter() - started
+        res = solver.solve(local, a0=self.a, carry=self.carry)
+        gap, certified = self.carry.start
         da = res.a - self.a
-        return local.start_gap, local.start_gap_s, res.v, float(p.mu @ da), da, int(round(res.epochs * n))
+        return (gap, certified, local.start_gap_s, res.v, float(p.mu @ da), da, int(round(res.epochs * n)),
+                res.status == "converged")
 
     def local_update(self, z, off, local_epochs=None):
         """H epochs on the local subproblem; returns (dv, d_off, da)."""
@@ -296,8 +311,9 @@ class CocoaPart:
         disk = self.problem.A if self.problem.on_disk else None
         read0, read_s0 = (disk.bytes_read, disk.read_s) if disk is not None else (0, 0.0)
         epochs = self.local_epochs if local_epochs is None else int(local_epochs)
+        certified, settled = True, False
         if disk is not None:
-            gap, gap_s, dv, d_off, da, updates = self.local_on_disk(z, off, local_epochs)
+            gap, certified, gap_s, dv, d_off, da, updates, settled = self.local_on_disk(z, off, local_epochs, exact)
         else:
             gap = self.gaps(z, off)
             gap_s = time.perf_counter() - t0
@@ -320,7 +336,12 @@ class CocoaPart:
                 message, bits = self.compressor.compress(diff, self.rng)
                 self.h += self.shift_lr * message
         return RoundOutput(gap, message, d_off, da, time.perf_counter() - t0, int(bits) + scalar_bits, gap_s,
-                           bytes_disk, disk_s, int(updates))
+                           bytes_disk, disk_s, int(updates), bool(certified), bool(settled))
+
+    def close(self):
+        """Lets the local solver's block go (a part on disk)."""
+        if self.carry is not None:
+            self.carry.close()
 
 
 class InProcessParts:
@@ -337,4 +358,5 @@ class InProcessParts:
         return [p.gaps(z, off) for p in self.parts]
 
     def close(self):
-        pass
+        for part in self.parts:
+            part.close()

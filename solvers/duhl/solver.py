@@ -355,9 +355,15 @@ class DuHL:
             return "max_time"
         return None
 
-    def solve(self, problem, a0=None):
+    def solve(self, problem, a0=None, carry=None):
         """Solve ``problem`` (a :class:`solvers.glm.problems.Problem`, in RAM or on disk) from
         ``a0`` (None: zeros) to ``tol``, within ``max_epochs`` (and ``max_time``).
+
+        ``carry`` (data on disk, device "cpu": a :class:`solvers.duhl.loops.python.Carry`, empty
+        for the first of a series of solves of the same coordinates): the block in RAM and the gap
+        memory one solve leaves to the next, which starts from them rather than from a pass over
+        the data; its first rows are then the memory's estimate (``certified`` 0). The caller
+        closes it once the series ends.
 
         Returns a :class:`solvers.glm.trace.SolveResult`: the coordinates ``a`` (coefficients for
         the Lasso family, dual variables for the classifiers), ``v`` = A a (the classifiers'
@@ -367,6 +373,9 @@ class DuHL:
         (what the run chose from measured rates: pass them back to reproduce it)."""
         self._validate(self.owner)
         self._notes = []
+        if carry is not None and not (problem.on_disk and self.device == "cpu"):
+            raise ValueError(f"{self.owner}.solve's 'carry' continues a solve from disk on the CPU. Got it with "
+                             f"the data {'on disk' if problem.on_disk else 'in RAM'} and device={self.device!r}.")
         if self.gap_kernel == "blas" and problem.sparse:
             raise ValueError(f"The 'gap_kernel' parameter 'blas' of {self.owner} needs dense data (a cuBLAS "
                              "matrix-vector product); use gap_kernel='tpa' for sparse data.")
@@ -395,9 +404,15 @@ class DuHL:
             bytes_h2d, hits, prefetched = int(problem.coord_bytes.sum()), 0, 0
             self.loop_ = "resident"
         else:
-            rset = make_resident_set(problem, budget, self.device, prefetch=self._prefetch_share(problem),
-                                      gap_kernel=self.gap_kernel, concurrency=self.concurrency)
-            compiled = routes(self, problem, rset)
+            if carry is not None and carry.rset is not None:  # the last solve's block, under this problem
+                rset = carry.rset
+                rset.problem = problem
+            else:
+                rset = make_resident_set(problem, budget, self.device, prefetch=self._prefetch_share(problem),
+                                          gap_kernel=self.gap_kernel, concurrency=self.concurrency)
+            if carry is not None:
+                carry.rset = rset
+            compiled = routes(self, problem, rset) and carry is None
             if self.loop == "compiled" and not compiled:
                 rset.close()
                 raise ValueError(f"The 'loop' parameter 'compiled' of {self.owner} needs device='cpu', the data "
@@ -412,7 +427,7 @@ class DuHL:
                                                                     self._iterates)
                 else:
                     status, rounds, updates, dual_best, settings, end_row = solve_python(
-                        self, problem, rset, a, z, off, rng, trace, t0, self._iterates)
+                        self, problem, rset, a, z, off, rng, trace, t0, self._iterates, carry)
             finally:
                 rset.close()
             if problem.on_disk and trace.rows:  # the last row counts the read-ahead the loop left in flight

@@ -134,7 +134,9 @@ def _diana_step(key, expected, x, build=None):
 
 def _drop(prefix):
     for key in [k for k in _REPLICAS if k.startswith(prefix)]:
-        del _REPLICAS[key]
+        _, replica = _REPLICAS.pop(key)
+        if hasattr(replica, "close"):  # a part on disk: its block's reads settled, its RAM let go
+            replica.close()
     return True
 
 

@@ -34,6 +34,8 @@ without reading anything.
 
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Optional
 
 import numpy as np
 
@@ -64,6 +66,37 @@ def host_state_bytes(problem):
     return problem.n_coords * (KEPT_BYTES + SCRATCH_BYTES) + problem.A.shape[1] * Z_BYTES
 
 
+@dataclass
+class Carry:
+    """What a solve from disk leaves to the next solve of the same coordinates, from a state that
+    moved on meanwhile (a CoCoA+ part's next round starts from the broadcast state): the block in
+    RAM, which the next selection swaps rather than reads whole, and the gap memory, every gap of
+    which turns stale with the move (a proof still holds: the dual vector's move is added to its
+    path), so the next solve starts from the memory's estimate, without a pass over the data.
+
+    Pass an empty one to the first solve: each solve fills it. ``forget()`` before a solve whose
+    start state must be certified: it reads every gap there again (the block stays). ``start``: the
+    last solve's start state as its last row there saw it, (sum of the coordinates' gaps, whether
+    every one was exact)."""
+
+    rset: Any = None
+    memory: Optional[GapMemory] = None
+    plan: Optional[RefreshPlan] = None
+    z: Optional[np.ndarray] = None     # the state the memory's gaps were last moved to
+    off: Optional[np.ndarray] = None
+    start: tuple = (float("nan"), False)
+
+    def forget(self):
+        self.memory = self.plan = self.z = self.off = None
+
+    def close(self):
+        """Lets the block go (its RAM)."""
+        if self.rset is not None:
+            self.rset.close()
+        self.rset = None
+        self.forget()
+
+
 class _Done:
     """A result computed in place, with a future's face."""
 
@@ -74,8 +107,9 @@ class _Done:
         return self.value
 
 
-def solve_python(solver, problem, rset, a, z, off, rng, trace, t0, iterates):
-    """The loop of :class:`solvers.duhl.solver.DuHL` with a resident set ``rset``.
+def solve_python(solver, problem, rset, a, z, off, rng, trace, t0, iterates, carry=None):
+    """The loop of :class:`solvers.duhl.solver.DuHL` with a resident set ``rset``; ``carry`` (a
+    :class:`Carry`): start from its gap memory, if it holds one, and leave this solve's in it.
     Returns (status, rounds, updates, best dual value, the settings it measured, whether the trace's
     last row certifies the state returned: not when ``solver.certify_end`` is False and the last
     round's end state was left uncertified)."""
@@ -97,6 +131,8 @@ def solve_python(solver, problem, rset, a, z, off, rng, trace, t0, iterates):
         """A row for state st: certified when every gap in ``estimate`` is at st."""
         nonlocal dual_best
         gap_sum, s_max = estimate
+        if carry is not None and updates == 0:  # the start state's row
+            carry.start = (gap_sum, bool(exact))
         if len(trace.rows) < iterates.shape[0]:
             iterates[len(trace.rows)] = st[0]
         if exact:
@@ -147,7 +183,15 @@ def solve_python(solver, problem, rset, a, z, off, rng, trace, t0, iterates):
     # refresh "all" computes every gap each round: nothing to prove (and the kernels' values,
     # e.g. a fused multiply-add's 1e-18 where the exact gap is 0, decide the selection)
     proofs = provable(problem) if solver.refresh != "all" else {}
-    if chunk >= n:  # every coordinate at once (coords=None: a problem may note the start state's pass)
+    m = z.shape[0]
+    resumed = carry is not None and carry.memory is not None
+    if resumed:  # the carried memory, moved to this solve's start: every gap stale, what the proofs keep
+        memory = carry.memory
+        centred = memory.mu is not None
+        step = np.zeros(2)
+        u_norm = dual_step(carry.z, z, problem.c * m * carry.off[0], problem.c * m * off[0], centred, step)
+        memory.moved(np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0), step=step, a=a, u_norm=u_norm)
+    elif chunk >= n:  # every coordinate at once (coords=None: a problem may note the start state's pass)
         memory = GapMemory(*problem.coordinate_gaps(a, z, off, with_s=True), coord_bytes, **proofs)
     else:
         memory = GapMemory(np.empty(n), np.empty(n), coord_bytes, **proofs)
@@ -155,19 +199,21 @@ def solve_python(solver, problem, rset, a, z, off, rng, trace, t0, iterates):
             part = np.arange(lo, min(n, lo + chunk))
             memory.refresh(part, *problem.coordinate_gaps(a, z, off, part, with_s=True))
     centred = memory.mu is not None
-    m = z.shape[0]
     ratio = refresh_ratio(solver.refresh, problem)
     # a rate measured on the first pass: recorded, so that refresh=<it> reproduces the run
     measured = {"refresh": ratio} if solver.refresh == "auto" and on_disk else {}
     max_updates = update_budget(solver.max_epochs, n)
     updates, swaps, rnd = 0, 0, 0
-    estimate = record(0, state, memory.estimate(), 0, 0)
-    status = "converged" if estimate <= tol_abs else None
-    certified = True                     # the current state's gap is known
+    certified = memory.all_known()       # the current state's gap is known
+    estimate = record(0, state, memory.estimate(), 0, 0, exact=certified)
+    status = "converged" if certified and estimate <= tol_abs else None
     end_recorded = True                  # ... and recorded
     resident = np.zeros(n, dtype=bool)
     schedule = GapSchedule(tol_abs, solver.gap_every)
-    certifier = RefreshPlan(solver.refresh != "all", on_disk and ratio > 0)  # (no refresh: the schedule alone)
+    certifier = (carry.plan if resumed else
+                 RefreshPlan(solver.refresh != "all", on_disk and ratio > 0))  # (no refresh: the schedule alone)
+    if carry is not None:  # what the next solve continues from (filled in as this one goes)
+        carry.memory, carry.plan, carry.z, carry.off = memory, certifier, z, off
     snapshot = (np.empty_like(a), np.empty_like(z), np.empty_like(off))  # a round's start state, for the host
     active = None                        # the coordinates visited (shrinking), None: all resident
     share = shrink_cut(problem.theta)    # shrinking's cut, a share of the mean gap (0: gap 0 only)

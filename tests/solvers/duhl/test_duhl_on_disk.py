@@ -137,3 +137,49 @@ def test_a_classifier_on_the_lassos_layout_is_refused_by_name(store):
         make_problem_on_disk("svm", OnDisk(path), np.sign(y - np.median(y)))
     with pytest.raises(ValueError, match=r"LinearSVC must hold one sample per coordinate"):
         make_problem_on_disk("svm", OnDisk(path), np.sign(y - np.median(y)), fit_intercept=False)
+
+
+def test_a_carry_continues_a_solve_from_its_block_and_gap_memory(store):
+    """Solves of the same coordinates in series (a CoCoA+ part's rounds), the state moved between them
+    from outside: the one after the first starts from the carried gap memory (its first row the memory's
+    estimate, not certified) and reads less than the data; every gap the memory proves 0 after the move
+    is 0 when computed from the data in RAM, every fresh one is the data's; after ``forget()`` a solve
+    reads every gap again and certifies scikit-learn's optimum."""
+    path, X, y = store
+    params = {"alpha": alpha_of(X, y, 0.2), "fit_intercept": True}
+    problem = make_problem_on_disk("lasso", OnDisk(path), y, **params)
+    ref = make_problem("lasso", X, y, **params)
+    carry = python_loop.Carry()
+    step = DuHL(host_budget=0.3, local_epochs=1, tol=0.0, max_epochs=0.2, random_state=0, prefetch=0.0, refresh=0.25,
+                certify_end=False)
+    first = step.solve(problem, carry=carry)
+    assert first.trace.certified.iloc[0] == 1 and carry.start[1]
+    a, proven_seen = first.a, 0
+    for k in range(6):
+        a = a * 0.9 if k % 2 == 0 else a  # the state moved from outside (as CoCoA+'s aggregation moves a part's)
+        before = problem.A.bytes_read
+        res = step.solve(problem, a0=a, carry=carry)
+        assert res.trace.certified.iloc[0] == 0 and not carry.start[1]
+        assert problem.A.bytes_read - before < 0.6 * problem.A.nbytes
+        memory, a = carry.memory, res.a
+        z, off = ref.state_from(a)
+        np.testing.assert_allclose(carry.z, z, rtol=0, atol=1e-9 * np.abs(z).max())
+        gaps = ref.coordinate_gaps(a, z, off)
+        assert np.all(gaps[memory.proven] <= 1e-12), gaps[memory.proven].max()
+        np.testing.assert_allclose(memory.gaps[memory.fresh], gaps[memory.fresh], rtol=1e-9, atol=1e-12)
+        proven_seen += int(memory.proven.sum())
+    assert proven_seen > 0  # (the proofs were exercised)
+    carry.forget()
+    end = DuHL(host_budget=0.3, tol=1e-10, random_state=0).solve(problem, a0=a, carry=carry)
+    assert end.status == "converged" and end.trace.certified.iloc[0] == 1
+    sk = SkLasso(tol=1e-14, max_iter=100_000, **params).fit(X, y)
+    assert ref.certify(end.a, *ref.state_from(end.a))[0] <= ref.certify(sk.coef_, *ref.state_from(sk.coef_))[0] + 1e-9 * ref.P0
+    carry.close()
+    assert carry.rset is None and carry.memory is None
+
+
+def test_a_carry_needs_the_data_on_disk_on_the_cpu(store):
+    path, X, y = store
+    with pytest.raises(ValueError, match=r"DuHL.solve's 'carry' continues a solve from disk on the CPU. Got it with the "
+                                         r"data in RAM and device='cpu'"):
+        DuHL(memory_budget=0.3).solve(make_problem("lasso", X, y, alpha=0.1), carry=python_loop.Carry())
