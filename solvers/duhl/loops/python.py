@@ -187,9 +187,9 @@ def solve_python(solver, problem, rset, a, z, off, rng, trace, t0, iterates, car
     resumed = carry is not None and carry.memory is not None
     if resumed:  # the carried memory, moved to this solve's start: every gap stale, what the proofs keep
         memory = carry.memory
-        centred = memory.mu is not None
         step = np.zeros(2)
-        u_norm = dual_step(carry.z, z, problem.c * m * carry.off[0], problem.c * m * off[0], centred, step)
+        u_norm = dual_step(carry.z, z, problem.c * m * carry.off[0], problem.c * m * off[0], memory.mu is not None,
+                           step)
         memory.moved(np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0), step=step, a=a, u_norm=u_norm)
     elif chunk >= n:  # every coordinate at once (coords=None: a problem may note the start state's pass)
         memory = GapMemory(*problem.coordinate_gaps(a, z, off, with_s=True), coord_bytes, **proofs)
@@ -204,10 +204,10 @@ def solve_python(solver, problem, rset, a, z, off, rng, trace, t0, iterates, car
     measured = {"refresh": ratio} if solver.refresh == "auto" and on_disk else {}
     max_updates = update_budget(solver.max_epochs, n)
     updates, swaps, rnd = 0, 0, 0
-    certified = memory.all_known()       # the current state's gap is known
+    certified = memory.all_known()       # the current state's gap is known (a carried memory: if proven)
+    end_recorded = True                  # ... and recorded
     estimate = record(0, state, memory.estimate(), 0, 0, exact=certified)
     status = "converged" if certified and estimate <= tol_abs else None
-    end_recorded = True                  # ... and recorded
     resident = np.zeros(n, dtype=bool)
     schedule = GapSchedule(tol_abs, solver.gap_every)
     certifier = (carry.plan if resumed else
