@@ -50,7 +50,7 @@ from solvers.glm.problems import Problem
 from solvers.kernels import cpu
 from solvers.storage.on_disk import DEFAULT_BUFFER_BYTES
 
-# The stale gaps a part on disk refreshes a round, in bytes per byte its block epoch touches: fixed, as
+# The stale gaps a part on disk refreshes a round, in bytes per byte its epoch and block gaps read: fixed, as
 # DuHL's "auto" would time the disk against the gap kernel and a part's iterates must not depend on a
 # timing. Less re-reads less of the shard a round and takes more rounds (design-decisions/clusters.md).
 DISK_REFRESH = 0.25
