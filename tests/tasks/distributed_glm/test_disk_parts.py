@@ -61,6 +61,24 @@ def test_logistic_parts_on_disk_reach_sklearns_optimum(ds, K):
     assert (np.diff(res.trace.part0_bits_sent) == 32 * (64 + 1)).all()  # dv (m floats) and the gap a round
 
 
+def test_compressed_parts_on_disk_stop_on_a_certified_row(ds):
+    """Compressed messages make the driver's state an estimate, the parts' carried gap memories their gaps:
+    a row counts as certified only when its state came from exact messages and every part read its gaps whole,
+    and the run stops only on such a row, at scikit-learn's optimum."""
+    X, s = np.asarray(ds.X), labels_for("logistic", ds.y)
+    res = solve(ds, LOGISTIC, n_parts=2, host_budget=0.3,
+                compressor={"name": "dither", "s": 4, "p": "inf", "bucket_size": 16})
+    sk = LogisticRegression(C=0.01, fit_intercept=False, tol=1e-12, max_iter=10000).fit(X, s)
+    target = logistic_objective(X, s, sk.coef_.ravel(), 0.01)
+    assert res.converged and res.trace.certified.iloc[-1] == 1 and res.rel_gap <= 1e-7
+    assert abs(res.primal - target) <= 1e-6 * target
+    exact = res.trace.certified.to_numpy() == 1
+    shard = ds.X.nbytes // 2
+    for k in range(2):  # a certified row's gaps were read whole by every part
+        per_round = np.diff(res.trace[f"part{k}_bytes_disk"], prepend=0)
+        assert (per_round[exact] >= shard).all()
+
+
 def test_l1_logistic_feature_parts_on_disk_reach_liblinears_optimum(ds):
     """In the primal each part holds features (columns), read signed by every sample's label."""
     X, s = np.asarray(ds.X), labels_for("logistic", ds.y)
