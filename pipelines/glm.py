@@ -28,7 +28,8 @@ from pipelines.tracking import (PROJECT_ROOT, SWEEP_PARENT_ENV, RoundSampler, ar
                                 relative)
 from solvers.duhl.budget import holds_part
 from solvers.glm.models import get_model
-from tasks.arms import is_distributed, make_solver, prepare_on_disk, progress_metric, run_arm, warm_workers, warmup
+from tasks.arms import (is_distributed, make_solver, prepare_on_disk, progress_metric, run_arm, runs_on_workers,
+                        warm_workers, warmup)
 from tasks.cluster import validate_cluster_config
 from tasks.data import BYTE_COUNTED, cache_key, load_dataset, resolve_path, validate_data_config
 from tasks.data.shards import MAKES_BY_RANGE
@@ -196,7 +197,9 @@ def run_tracked_arm(cfg: DictConfig, plan: Plan, tracker: Any, arm_id: str, name
             if sampler.keep(row):
                 tracker.log_round(arm_id, row)
 
-        with ArmResources() as used, WorkerResources(getattr(placement, "client", None)) as workers:
+        # the workers' counters only for an arm that runs there (one that runs here reads and grows here)
+        with ArmResources() as used, WorkerResources(placement.client if runs_on_workers(settings, placement)
+                                                     else None) as workers:
             result = run_arm(problem, settings, callback=on_row, placement=placement)
     last = result.trace.iloc[-1].to_dict()
     if sampler.last_kept is None or sampler.last_kept["round"] != last["round"]:

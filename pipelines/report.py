@@ -197,7 +197,7 @@ def disk_table(traces: Mapping[str, Any], extras: Mapping[str, Mapping[str, Any]
     operating system (/proc/self/io), passes over the data, rounds, its last certified rel_gap and
     its peak RSS above its start."""
     t = Table(title=f"Disk and RAM ({data_bytes / 1e9:.2f} GB of data; OS: /proc/self/io read_bytes, "
-                    "peak RSS above the arm's start; of the workers for an arm on a cluster: their reads' sum, "
+                    "peak RSS above the arm's start; of the workers for an arm that runs on them: their reads' sum, "
                     "the largest worker's peak)")
     for column in ("arm", "time (s)", "GB read (trace)", "GB read (OS)", "passes", "read GB/s", "rounds",
                    "last certified rel_gap", "peak RSS +GB", "worker peak RSS +GB"):

@@ -66,6 +66,17 @@ def is_distributed(settings: Mapping[str, Any]) -> bool:
     return bool(getattr(solver_class(settings), "distributed", False))
 
 
+def runs_on_workers(settings: Mapping[str, Any], placement: Any) -> bool:
+    """Whether the arm runs on the cluster's workers (see :func:`run_arm`), rather than in this process:
+    a replicated solver on a cluster; an arm that runs whole, on a cluster, unless it reads the data from
+    disk here (``host_budget``) or the workers hold shards (``data_access=disk``)."""
+    if placement is None or getattr(placement, "client", None) is None:
+        return False
+    if is_distributed(settings):
+        return True
+    return settings.get("host_budget") is None and getattr(placement.parts, "access", "") != "disk"
+
+
 def progress_metric(settings: Mapping[str, Any]) -> str:
     """The trace column the arm's target applies to: rel_gap, or suboptimality (DIANA)."""
     return getattr(solver_class(settings), "progress_metric", "rel_gap")
@@ -232,7 +243,7 @@ def run_arm(problem, settings: Mapping[str, Any], callback: Optional[Callable[[d
         return solver.solve(problem_on_disk(placement))
     # an arm that runs whole runs on a worker, except with data_access=disk (the workers hold shards:
     # it runs here, on the driver's data)
-    if placement is not None and placement.client is not None and getattr(placement.parts, "access", "") != "disk":
+    if runs_on_workers(settings, placement):
         for attempt in range(3):  # shipped data lost with its worker (cancelled): ship it again
             data = placement.parts.ref(whole, placement.parts.path)  # shipped: to a worker the task then runs on
             future = placement.client.submit(solve_on_worker, data, dict(placement.model), dict(settings),

@@ -2,13 +2,14 @@
 compiles everything an arm needs."""
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
 
 from solvers.kernels import cpu
-from tasks.arms import make_solver, run_arm, warmup
+from tasks.arms import make_solver, run_arm, runs_on_workers, warmup
 from tasks.problems import build_problem
 
 ARM = dict(name="duhl", selection="gap", local_epochs=1, max_epochs=200, random_state=0,
@@ -264,3 +265,19 @@ def test_a_warmup_whose_loop_compiled_waits_for_its_child(monkeypatch):
     X, y = rng.standard_normal((60, 8)), rng.standard_normal(60)
     warmup({"name": "lasso", "alpha": 0.1}, X, y, TWO_LOOPS)
     assert [p.exitcode for p in recorded.started] == [0]
+
+
+@pytest.mark.parametrize("settings, access, where", [
+    ({"name": "cocoa", "n_parts": 2}, "mmap", True),            # replicas spread over the workers
+    ({"name": "cocoa", "n_parts": 2, "host_budget": "1MB"}, "disk", True),  # parts on the workers' shards
+    ({"selection": "gap"}, "mmap", True),                         # DuHL runs whole on a worker
+    ({"selection": "gap", "host_budget": "1MB"}, "mmap", False),  # ... but reads the cache from disk here
+    ({"selection": "gap"}, "disk", False),                        # ... and runs here where workers hold shards
+])
+def test_runs_on_workers_says_where_run_arm_runs_an_arm(settings, access, where):
+    """The report's "worker" columns count an arm's workers only where it ran there: a DuHL arm beside
+    CoCoA+'s parts on the workers' disks (experiment=cocoa_disk) reads in this process."""
+    placement = SimpleNamespace(client=object(), parts=SimpleNamespace(access=access))
+    assert runs_on_workers(settings, placement) is where
+    assert runs_on_workers(settings, SimpleNamespace(client=None, parts=placement.parts)) is False
+    assert runs_on_workers(settings, None) is False
