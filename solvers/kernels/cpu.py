@@ -33,7 +33,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from solvers.glm.models import (coord_gap, coord_update, g_value, has_loss, loss_change, loss_change_bound,
-                                loss_curvature, loss_grad, loss_grad_step)
+                                loss_curvature, loss_grad, loss_grad_step, zero_interval)
 from solvers.kernels.cache import compiled
 
 # Dense rows: reassociation lets LLVM vectorise the dot products (no NaN/inf assumptions).
@@ -141,6 +141,11 @@ def scd_epoch_sparse(indptr, indices, data, coords, order, a, z, off, mu, sqnorm
 # Armijo's sufficient decrease with sigma = 0.01, the step halved at most LINE_STEPS times
 ARMIJO = 0.01
 LINE_STEPS = 20
+# A full step is then doubled while the objective keeps decreasing, at most LINE_UP times: the
+# loss's curvature at the pass's start can be far above the one along the step (the logistic's
+# from w = 0), so Newton's step falls short; more doublings overshot (the design page, primal
+# classifiers)
+LINE_UP = 1
 H_FLOOR = 1e-12  # liblinear's floor on a coordinate's curvature (the squared hinge's can be 0)
 
 
@@ -153,6 +158,32 @@ def copy_to(src, dst):
         dst[i] = src[i]
 
 
+@compiled
+def _longer_step(coords, order, a, a0, dm, margins, u0, theta, touched, n_touched, full):
+    """The longest of 2, 4, ... 2^LINE_UP times a pass's full step (``a`` at its end, a0 and the
+    margins at its start, ``full`` at least the objective's change over it) at which the objective
+    is lower than at each shorter one; 1: none, or a penalty with a kink at 0 (L1, elastic net:
+    their passes move coordinates on and off 0, and longer steps made the support swing)."""
+    lo, hi = zero_interval(theta, 0.0)
+    if lo <= hi:
+        return 1.0
+    best, lam = full, 1.0
+    for _ in range(LINE_UP):
+        trial = 2.0 * lam
+        change = 0.0
+        for jj in range(order.shape[0]):
+            i = coords[order[jj]]
+            change += g_value(theta, a0[jj] + trial * (a[i] - a0[jj])) - g_value(theta, a0[jj])
+        for t in range(n_touched):
+            k = touched[t]
+            if dm[k] != 0.0:
+                change += loss_change(theta, margins[k], u0[k], trial * dm[k])
+        if not change < best:  # (False for NaN, and for inf: past the box of a bounded g)
+            break
+        best, lam = change, trial
+    return lam
+
+
 @compiled(inline="always")
 def _line_search(coords, order, a, a0, z, u0, dm, margins, theta, touched, n_touched, aux):
     """The pass moved a (from a0, its coordinates coords[order]) and the margins by dm (the
@@ -161,7 +192,8 @@ def _line_search(coords, order, a, a0, z, u0, dm, margins, theta, touched, n_tou
     slope plus g's change), or none; then a, the margins and u = grad f at the step taken. A step
     is tried on the loss's upper bound of its change first (``loss_change_bound``: the logistic's
     without a log), on the exact change only where the bound does not pass; ``aux`` keeps what
-    the bound computed for u's update (the logistic's exp(-d))."""
+    the bound computed for u's update (the logistic's exp(-d)). A full step may then be doubled
+    (:func:`_longer_step`: an objective lower than the full step's bound, then than the last's)."""
     n = order.shape[0]
     slope = 0.0
     for t in range(n_touched):
@@ -189,6 +221,7 @@ def _line_search(coords, order, a, a0, z, u0, dm, margins, theta, touched, n_tou
                 b, aux[k] = loss_change_bound(theta, margins[k], u0[k], lam * dm[k])
                 bound += b
         passed = bound <= allowed
+        change = bound + dg  # at least the objective's change
         if not passed:
             df = 0.0
             for t in range(n_touched):
@@ -196,10 +229,18 @@ def _line_search(coords, order, a, a0, z, u0, dm, margins, theta, touched, n_tou
                 if dm[k] != 0.0:
                     df += loss_change(theta, margins[k], u0[k], lam * dm[k])
             passed = df <= allowed
+            change = df + dg
         if passed:
             taken = lam
             break
         lam *= 0.5
+    if taken == 1.0:
+        taken = _longer_step(coords, order, a, a0, dm, margins, u0, theta, touched, n_touched, change)
+        if taken != 1.0:
+            for t in range(n_touched):
+                k = touched[t]
+                if dm[k] != 0.0:
+                    b, aux[k] = loss_change_bound(theta, margins[k], u0[k], taken * dm[k])
     if taken != 1.0:
         for jj in range(n):
             i = coords[order[jj]]

@@ -320,7 +320,8 @@ class CUDADevice(CPUDevice):
         """A loss model's Newton pass (solvers.kernels.cuda): the coordinates' steps on the data
         term's second-order model in TPA-SCD's blocks, then the line search on the pass's step as
         solvers.kernels.cpu's (its sums on the device, the step chosen here)."""
-        from solvers.kernels.cpu import ARMIJO, LINE_STEPS
+        from solvers.glm.models import zero_interval
+        from solvers.kernels.cpu import ARMIJO, LINE_STEPS, LINE_UP
 
         a, z, off = st
         xp, n, m = self.xp, order.shape[0], z.shape[0]
@@ -331,17 +332,29 @@ class CUDADevice(CPUDevice):
         self._launch(kernel, self.epoch_grid(n), *data, coords, order_dev, a, a0, z, h, dm, p.theta)
         slope = float(xp.dot(u0, dm))
         g_out, f_out = xp.empty(n), xp.empty(m)
+
+        def change(lam):  # the objective's change at lam times the pass's step
+            self._launch(self.k.g_changes, per(n), coords, order_dev, a, a0, lam, p.theta, g_out)
+            self._launch(self.k.loss_changes, per(m), off, u0, dm, lam, p.theta, f_out)
+            return float(xp.sum(f_out)), float(xp.sum(g_out))
+
         lam, taken = 1.0, 0.0
         for trial in range(LINE_STEPS):
-            self._launch(self.k.g_changes, per(n), coords, order_dev, a, a0, lam, p.theta, g_out)
-            dg = float(xp.sum(g_out))
+            df, dg = change(lam)
             if trial == 0:
                 predicted = slope + dg
-            self._launch(self.k.loss_changes, per(m), off, u0, dm, lam, p.theta, f_out)
-            if float(xp.sum(f_out)) + dg <= ARMIJO * lam * predicted:
+                full = df + dg
+            if df + dg <= ARMIJO * lam * predicted:
                 taken = lam
                 break
             lam *= 0.5
+        lo, hi = zero_interval(p.theta, 0.0)
+        if taken == 1.0 and not lo <= hi:  # cpu._longer_step's doubling (a penalty without a kink at 0)
+            for _ in range(LINE_UP):
+                df, dg = change(2.0 * taken)
+                if not df + dg < full:
+                    break
+                taken, full = 2.0 * taken, df + dg
         if taken != 1.0:
             self._launch(self.k.newton_commit, per(n), coords, order_dev, a, a0, taken)
         self._launch(self.k.margins_commit, per(m), off, z, u0, dm, taken, p.theta)

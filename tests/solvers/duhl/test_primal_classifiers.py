@@ -192,3 +192,36 @@ def test_w8a_l1_logistic_converges_where_coordinate_descent_crawls(w8a):
     P = go.primal_objective("logistic_l1", X, y, res.a, C, None)
     assert res.primal == pytest.approx(P, rel=1e-12)
     assert P - go.primal_dual_value("logistic_l1", X, y, res.a, C, None) <= 1e-9 * P
+
+
+def _one_feature_pass(s, C):
+    """One Newton pass of L2 logistic regression on one feature (x = 1 for every sample, labels
+    ``s``) from w = 0, and what it should be, computed here with NumPy: the one-dimensional Newton
+    step d there, or 2d where the objective is lower there."""
+    X = np.ones((s.shape[0], 1))
+    y = (s > 0).astype(np.float64)
+
+    def P(w):
+        return 0.5 * w * w + C * np.logaddexp(0.0, -s * w).sum()
+
+    assert P(0.7) == pytest.approx(go.primal_objective("logistic_l2", X, y, np.array([0.7]), C, None), rel=1e-14)
+    G = -C * 0.5 * s.sum()  # the loss's derivative at w = 0 (sigmoid(0) = 1/2)
+    d = -G / (C * 0.25 * s.shape[0] + 1.0)  # argmin of G w + (H + 1) w^2 / 2, H = C/4 a sample
+    lam = 2.0 if P(2.0 * d) < P(d) else 1.0
+    res = DuHL(tol=0.0, max_epochs=1, random_state=0).solve(
+        make_problem("logistic_l2", X, y, fit_intercept=False, C=C))
+    return res.a[0], lam, d
+
+
+def test_a_newton_pass_doubles_a_step_that_falls_short():
+    """Nearly separable labels: the loss's curvature at w = 0 (C/4 a sample) is far above the one
+    along the way to the optimum, so the Newton step falls short, and its double decreases the
+    objective further: the pass takes 2 times the step. Where the penalty dominates (small C),
+    the model is nearly the objective and the step stays whole."""
+    s = np.where(np.arange(1000) < 999, 1.0, -1.0)
+    w, lam, d = _one_feature_pass(s, C=3.0)
+    assert lam == 2.0
+    assert w == pytest.approx(lam * d, rel=1e-12)
+    w, lam, d = _one_feature_pass(s, C=1e-3)
+    assert lam == 1.0
+    assert w == pytest.approx(d, rel=1e-12)
