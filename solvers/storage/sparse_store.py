@@ -175,9 +175,10 @@ class SparseStore:
             values = np.broadcast_to(np.ones(1, np.dtype(dtype)), (self.nnz,))
         kind = sp.csr_matrix if self.layout == "csr" else sp.csc_matrix
         m = kind(self.shape)  # set in place: the constructor would check (and copy) nnz-long arrays
-        if self.index_dtype == np.int32 and self.nnz > INT32_MAX:
-            indices = indices.astype(np.int64)  # scipy's indptr and indices share a dtype: a copy in RAM
-        m.indptr = self.indptr.astype(indices.dtype)
+        # past 2^31 entries int64 offsets beside int32 indices: scipy wants one dtype for both, and the
+        # indices' int64 copy would be 8 bytes an entry in RAM (scipy's routines that need it make it)
+        wide = self.index_dtype == np.int32 and self.nnz > INT32_MAX
+        m.indptr = self.indptr if wide else self.indptr.astype(indices.dtype, copy=False)
         m.indices, m.data = indices, values
         m.has_sorted_indices = True
         return m

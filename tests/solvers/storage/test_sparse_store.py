@@ -139,36 +139,72 @@ def test_killed_writer_leaves_no_store_and_its_temporaries_are_removed(tmp_path)
     assert list(tmp_path.iterdir()) == []
 
 
-def test_offsets_past_2_to_the_31(tmp_path):
-    """A store of more than 2^31 entries, most of it a hole in a sparse file: coordinates 1 and 2
-    start past entry 2^31 (byte 8 GiB of the indices) and read exactly (int64 offsets throughout)."""
-    from solvers.storage.sparse_on_disk import SparseOnDisk
+# coordinates 1 and 2 of a store past 2^31 entries (its first coordinate is the rest): their indices
+# and values
+TAIL_IDX = np.array([1, 4, 5, 8, 9, 0, 2, 3, 4, 6, 7, 9], np.int32)
+TAIL_VAL = np.arange(12, dtype=np.float32) + 0.5
 
+
+def _store_past_2_to_the_31(folder):
+    """A store of more than 2^31 entries (int32 indices, float32 values, 3 x 10), most of it a hole in
+    a sparse file: coordinates 1 and 2 start past entry 2^31 (byte 8 GiB of the indices)."""
     big = (1 << 31) + 10
     indptr = np.array([0, big, big + 5, big + 12], np.int64)
     nnz = int(indptr[-1])
     block = 1024
     padded = -(-nnz // block) * block
-    tail_idx = np.array([1, 4, 5, 8, 9, 0, 2, 3, 4, 6, 7, 9], np.int32)
-    tail_val = np.arange(12, dtype=np.float32) + 0.5
-    for name, dtype, tail in (("indices", np.int32, tail_idx), ("values", np.float32, tail_val)):
-        path = tmp_path / f"S.{name}"
+    for name, dtype, tail in (("indices", np.int32, TAIL_IDX), ("values", np.float32, TAIL_VAL)):
+        path = folder / f"S.{name}"
         with open(path, "wb") as f:
             f.truncate(padded * 4)
             f.seek(big * 4)
             f.write(tail.astype(dtype).tobytes())
-    (tmp_path / "S.indptr").write_bytes(indptr.tobytes())
+    (folder / "S.indptr").write_bytes(indptr.tobytes())
     meta = {"format": "duhl-lab sparse store", "version": 1, "layout": "csr", "shape": [3, 10], "nnz": nnz,
             "indices": "int32", "values": "float32", "block_entries": block,
             "files": {f"S.{p}": {"bytes": 0, "xxh3_128": ""} for p in ("indptr", "indices", "values")}}
-    (tmp_path / "S.json").write_text(json.dumps(meta))
-    store = open_store(tmp_path, "S")
-    assert store.nnz == nnz > np.iinfo(np.int32).max
+    (folder / "S.json").write_text(json.dumps(meta))
+    return open_store(folder, "S")
+
+
+def test_offsets_past_2_to_the_31(tmp_path):
+    """Coordinates 1 and 2 of a store past 2^31 entries read exactly (int64 offsets throughout)."""
+    from solvers.storage.sparse_on_disk import SparseOnDisk
+
+    store = _store_past_2_to_the_31(tmp_path)
+    assert store.nnz > np.iinfo(np.int32).max
     data = SparseOnDisk(store, buffer_bytes=1 << 16)
     block_read = data.read_block(np.array([2, 1]))
     dense = block_read.csr(10).toarray()
     expected = np.zeros((2, 10))
-    expected[1, tail_idx[:5]] = tail_val[:5]
-    expected[0, tail_idx[5:]] = tail_val[5:]
+    expected[1, TAIL_IDX[:5]] = TAIL_VAL[:5]
+    expected[0, TAIL_IDX[5:]] = TAIL_VAL[5:]
     np.testing.assert_array_equal(dense, expected)
     assert data.bytes_read == 2 * 4096  # the one block of both files that holds them
+
+
+def test_the_matrix_of_a_store_past_2_to_the_31_entries_maps_its_int32_indices_without_a_copy(tmp_path):
+    """``matrix()`` (what the dataset cache hands the pipeline) of a store past 2^31 entries: its int32
+    indices and its values stay memory-mapped beside int64 row offsets, and its rows read exactly.
+    In a process whose address space holds the two 8 GiB maps and 6 GiB more: an int64 copy of the
+    indices (16 GiB, what scipy's one index dtype would take) fails there with a MemoryError, as it
+    would on data larger than RAM."""
+    store = _store_past_2_to_the_31(tmp_path)
+    maps = sum(os.path.getsize(tmp_path / f"S.{p}") for p in ("indices", "values"))
+    code = textwrap.dedent(f"""
+        import resource
+        import numpy as np
+        from solvers.storage.sparse_store import open_store
+        resource.setrlimit(resource.RLIMIT_AS, ({maps} + (6 << 30),) * 2)
+        m = open_store({str(tmp_path)!r}, "S").matrix()
+        lo, hi = int(m.indptr[1]), int(m.indptr[3])
+        print(m.indptr.dtype, m.indices.dtype, m.data.dtype, isinstance(m.indices, np.memmap), m.nnz)
+        print(*m.indices[lo:hi].tolist())
+        print(*m.data[lo:hi].tolist())
+    """)
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    kinds, indices, values = out.stdout.splitlines()
+    assert kinds.split() == ["int64", "int32", "float32", "True", str(store.nnz)]
+    np.testing.assert_array_equal(np.array(indices.split(), np.int32), TAIL_IDX)
+    np.testing.assert_array_equal(np.array(values.split(), np.float32), TAIL_VAL)
