@@ -122,6 +122,8 @@ EXERCISED = {
     'make experiment ARGS="experiment=out_of_core_sparse data=synthetic_criteo data.n_samples=2000 data.hash_bits=10 '
     'device.host_budget=0.25"':
         "tests/pipelines/test_out_of_core_sparse.py::test_arms_train_from_the_sparse_store_count_every_byte_and_reach_liblinears_objective",
+    "make out-of-core-sparse-big":  # its tiny version
+        "tests/pipelines/test_out_of_core_sparse.py::test_arms_train_from_the_sparse_store_count_every_byte_and_reach_liblinears_objective",
     'make experiment ARGS="experiment=cocoa_disk"':
         "tests/pipelines/test_cocoa_disk.py::test_the_preset_plans_its_arms_on_the_workers_disks",
     'make experiment ARGS="experiment=cocoa_disk data.n_samples=8000 data.n_features=256 device.host_budget=1MB"':
