@@ -113,7 +113,9 @@ class DuHL:
         it does not fit). With device="cpu" the RAM tier is the block; with a
         GPU (solvers.storage.ram_tier) the RAM tier holds the GPU block's
         coordinates and those of largest gap, and ``memory_budget`` (at most the
-        RAM tier; None: as large as it) sizes the GPU block.
+        RAM tier; None: as large as it) sizes the GPU block. A sparse store's block
+        is read into RAM at each swap, then copied to a GPU: host_budget sizes it
+        (``memory_budget``, when set, caps it).
     keep_iterates : int >= 0
         Keep a copy of ``a`` at each of the first ``keep_iterates`` trace rows (the
         state each row certifies), as ``result.iterates``: for inspecting a run.
@@ -276,12 +278,9 @@ class DuHL:
             self._notes.append(f"host_budget {self.host_budget!r} holds all {total} bytes of data: "
                                "read into RAM once")
             return problem.in_memory(), self._budget_bytes(problem)
-        if self.device != "cpu" and sparse:
-            raise ValueError(f"{self.owner}: sparse data on disk (a sparse store) trains on device='cpu' for now. "
-                             f"Got device={self.device!r}.")
-        if self.device != "cpu":
+        if self.device != "cpu" and not sparse:
             return self._gpu_under_ram_tier(problem, budget)
-        if self.memory_budget is not None:
+        if self.memory_budget is not None and self.device == "cpu":
             raise ValueError(f"{self.owner}: with the data on disk and device='cpu' the block is the RAM "
                              f"tier, sized by 'host_budget'; leave 'memory_budget' None "
                              f"(got {self.memory_budget!r}).")
@@ -298,7 +297,14 @@ class DuHL:
                 fixed = 2 * buffer + index
             if self.prefetch not in ("auto", 0, 0.0):
                 self._notes.append("prefetch: a sparse store's block reads its rows at the swap (no staging): ignored")
-            return problem, self._budget_bytes(problem, "host_budget", reserved=fixed)
+            block = self._budget_bytes(problem, "host_budget", reserved=fixed)
+            if self.device != "cpu":
+                # the GPU's block lands in RAM at its swap, then in pinned memory for its copy: twice in RAM
+                device = self._budget_bytes(problem)
+                block = block // 2 if device is None else min(block // 2, device)
+                self._notes.append(f"sparse store on the GPU: a block of {block} bytes, read into RAM at each "
+                                   "swap (and its pinned copy), then copied to the GPU")
+            return problem, block
         row = problem.A.shape[1] * problem.A.itemsize
         buffer = max(2 * row, min(DEFAULT_BUFFER_BYTES, budget // 8) // row * row)
         problem.A.buffer_bytes = buffer

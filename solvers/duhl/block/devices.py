@@ -257,9 +257,11 @@ class CUDADevice(CPUDevice):
         starts, stops = indptr[rows], indptr[rows + 1]
         lengths = (stops - starts).astype(np.int64)
         positions = _row_positions(starts, lengths)
-        if from_host:  # gathered on the host, one copy of each array
-            self.upload_into(dst[0], start, indices[positions].astype(dst[0].dtype, copy=False), prefetch)
-            self.upload_into(dst[1], start, data[positions], prefetch)
+        if from_host:  # gathered on the host, one copy of each array (none for consecutive rows)
+            consecutive = rows.shape[0] > 0 and bool(np.all(np.diff(rows) == 1))
+            take = slice(int(starts[0]), int(stops[-1])) if consecutive else positions
+            self.upload_into(dst[0], start, indices[take].astype(dst[0].dtype, copy=False), prefetch)
+            self.upload_into(dst[1], start, data[take], prefetch)
         else:
             self.gather(dst[0], start, indices, positions, prefetch)
             self.gather(dst[1], start, data, positions, prefetch)

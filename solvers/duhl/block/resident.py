@@ -267,9 +267,10 @@ class _CSRRows:
             self.indices, self.data = xp.empty(capacity, indices_dtype), xp.empty(capacity, data_dtype)
             self._spare = (xp.empty(capacity, indices_dtype), xp.empty(capacity, data_dtype))
 
-    def rebuild(self, device, parts, A, incoming, prefetch=False):
+    def rebuild(self, device, parts, A, incoming, prefetch=False, incoming_coords=None):
         """The rows become: ``rows`` of each (source, rows) in ``parts`` (device-to-device),
-        then A's rows ``incoming`` (host->device)."""
+        then A's rows ``incoming`` (host->device), the coordinates ``incoming_coords`` (None: the
+        rows' numbers in A)."""
         new_indices, new_data = self._spare
         filled, lengths, coords = 0, [], []
         for source, rows in parts:
@@ -281,7 +282,7 @@ class _CSRRows:
         part = device.copy_rows((new_indices, new_data), filled, (A.indptr, A.indices, A.data), incoming,
                                 from_host=True, prefetch=prefetch)
         lengths.append(part)
-        coords.append(incoming)
+        coords.append(incoming if incoming_coords is None else incoming_coords)
         self._spare = (self.indices, self.data)
         self.indices, self.data = new_indices, new_data
         self.indptr = np.concatenate([[0], np.cumsum(np.concatenate(lengths))]).astype(np.int64)
@@ -444,6 +445,55 @@ class DiskSparseResidentSet(SparseResidentSet):
         return 0
 
 
+class StoreGPUResidentSet(SparseResidentSet):
+    """A GPU's block of a sparse store on disk: a swap reads the joined rows from the store into a
+    CSR landing buffer in RAM (the block's capacity, counted in host_budget, as the CPU's block is),
+    then the device compacts the kept rows and appends the joined ones (host->device), as a sparse
+    block from RAM does. No staging: the rows come from the disk at the swap, as on the CPU."""
+
+    def __init__(self, problem, capacity_nnz, device):
+        ResidentSet.__init__(self)
+        self.problem, self.device = problem, device
+        A = problem.A
+        cap = int(min(int(capacity_nnz), A.nnz))
+        self.whole, self.zero_copy = cap >= A.nnz, False
+        self.rows = _CSRRows(device, cap, A.store.index_dtype, A.dtype)
+        self.stage = None
+        self._landing = (np.empty(cap, A.store.index_dtype), np.empty(cap, A.dtype))
+        self._indptr_dev = None
+        self._cached = (None, None)
+        self.capacity_bytes = cap * unit_bytes(A)
+        self.staging_bytes = 0
+
+    def assign(self, coords):
+        coords = _in_order(coords)
+        A, dev, n = self.problem.A, self.device, self.problem.n_coords
+        joined = coords[~_members(coords, self.rows.coords, n)]
+        block = A.read_block(joined, SparseBlock.over(*self._landing, joined.shape[0]))
+        with dev.context():
+            dev.settle()
+            kept = np.flatnonzero(_members(self.rows.coords, coords, n))
+            self.rows.rebuild(dev, [(self.rows, kept)], block, np.arange(joined.shape[0]),
+                              incoming_coords=joined)
+            self._indptr_dev = dev.xp.asarray(self.rows.indptr)
+        return int(joined.shape[0])
+
+    def prefetch(self, coords):
+        return 0
+
+
+def _device_budget(budget, free, copies):
+    """``budget`` bytes, cut (with a warning) to what fits in 90% of the GPU's ``free`` bytes when
+    the device keeps ``copies`` of the block."""
+    if free is not None and budget * copies > 0.9 * free:
+        cut = int(0.9 * free) // copies
+        warnings.warn(f"memory_budget of {budget / 1e9:.2f} GB is more than fits on the GPU "
+                      f"({free / 1e9:.2f} GB free{', twice the budget for sparse data' if copies == 2 else ''}); "
+                      f"using {cut / 1e9:.2f} GB", RuntimeWarning, stacklevel=4)
+        return cut
+    return budget
+
+
 def make_resident_set(problem, budget_bytes, device="cpu", prefetch=0.0, gap_kernel="tpa", concurrency="auto"):
     """The device's resident set of a problem for a budget in bytes (None: all data), of which a
     ``prefetch`` share is staging memory for coordinates copied ahead of their swap (none when the
@@ -451,19 +501,16 @@ def make_resident_set(problem, budget_bytes, device="cpu", prefetch=0.0, gap_ker
     block per coordinate; "blas": one cuBLAS matrix-vector product, then a thread per coordinate);
     ``concurrency`` caps the coordinates a GPU epoch updates at once ("auto": sqrt of the epoch's)."""
     dev = make_device(problem, device, gap_kernel, concurrency)
-    if is_sparse_on_disk(problem.A):  # the block in RAM, read from the store (the solver sized it)
-        return DiskSparseResidentSet(problem, int(budget_bytes) // unit_bytes(problem.A), dev)
+    free = free_device_bytes(device)
+    if is_sparse_on_disk(problem.A):  # the block read from the store (the solver sized it)
+        if device == "cpu":
+            return DiskSparseResidentSet(problem, int(budget_bytes) // unit_bytes(problem.A), dev)
+        budget = _device_budget(int(budget_bytes), free, 2)
+        return StoreGPUResidentSet(problem, budget // unit_bytes(problem.A), dev)
     total = int(problem.coord_bytes.sum())
     budget = total if budget_bytes is None else min(int(budget_bytes), total)
-    free = free_device_bytes(device)
     # a sparse block also keeps a spare buffer of its size to compact into on swaps
-    copies = 2 if sp.issparse(problem.A) else 1
-    if free is not None and budget * copies > 0.9 * free:
-        cut = int(0.9 * free) // copies
-        warnings.warn(f"memory_budget of {budget / 1e9:.2f} GB is more than fits on the GPU "
-                      f"({free / 1e9:.2f} GB free{', twice the budget for sparse data' if copies == 2 else ''}); "
-                      f"using {cut / 1e9:.2f} GB", RuntimeWarning, stacklevel=3)
-        budget = cut
+    budget = _device_budget(budget, free, 2 if sp.issparse(problem.A) else 1)
     block, staging = split_budget(problem, budget, prefetch)
     unit = unit_bytes(problem.A)
     kind = SparseResidentSet if sp.issparse(problem.A) else DenseResidentSet

@@ -27,6 +27,24 @@ def test_cuda_reaches_the_oracle_objective(case_factory, model, sparse, budget):
     assert res.gap >= -1e-12 and res.gap <= 1e-9 * case.P0
 
 
+@pytest.mark.parametrize("budget", [None, 0.3])
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
+@pytest.mark.parametrize("name", list(go.PRIMAL))
+def test_cuda_primal_classifiers_reach_the_oracle_optimum(name, sparse, budget):
+    """The classifiers in the primal (features as coordinates: the Newton pass's kernels and the
+    line search's sums on the GPU), all features resident and a third of them, against the oracle
+    of tests/solvers/duhl/test_primal_classifiers.py (scikit-learn refined by L-BFGS-B)."""
+    X, y = go.make_data("classification", sparse, np.float64)
+    orc = go.primal_oracle(name, X, y)
+    problem = make_problem(go.PRIMAL[name][0], X, y, **go.primal_params(name))
+    res = DuHL(memory_budget=budget, tol=1e-11, max_epochs=2000, random_state=0,
+               device="cuda").solve(problem)
+    assert res.status == "converged"
+    P = go.primal_objective(name, X, y, res.a, orc["C"])
+    assert abs(P - orc["P"]) <= 1e-9 * orc["P"], (P, orc["P"])
+    assert P - orc["P"] <= res.gap + 1e-12 * P  # the reported gap bounds the suboptimality
+
+
 @pytest.mark.parametrize("selection", ["gap", "sequential", "random", "importance"])
 def test_cuda_selection_policies_agree_with_cpu(case_factory, selection):
     case = case_factory("lasso", False, np.float64)
@@ -112,3 +130,40 @@ def test_cuda_on_correlated_features_cuts_the_updates_in_flight_and_converges():
     assert any("concurrency cut" in note for note in r.notes)
     sk = SkLasso(tol=1e-14, max_iter=100_000, **params).fit(X, y)
     assert r.primal <= problem.certify(sk.coef_, *problem.state_from(sk.coef_))[0] + 1e-7 * problem.P0
+
+
+@pytest.mark.parametrize("model", ["lasso", "hinge", "logistic"])
+def test_cuda_block_of_a_sparse_store_reaches_the_oracles_optimum(tmp_path, model):
+    """A sparse store on disk, a quarter of it in RAM, the block on the GPU (read from the store at
+    each swap); the CPU's test_duhl_on_sparse_store.py's data and oracles."""
+    import scipy.sparse as sp
+
+    from solvers.glm.problems import make_problem_on_disk
+    from solvers.storage.sparse_on_disk import SparseOnDisk
+    from solvers.storage.sparse_store import write_sparse_store
+
+    rng = np.random.default_rng(0)
+    X = sp.random(3000, 200, density=0.05, format="csr", random_state=rng)
+    X.data = rng.standard_normal(X.data.size)
+    y = X @ np.concatenate([2 * rng.standard_normal(6), np.zeros(194)]) + 0.05 * rng.standard_normal(3000)
+    if model == "lasso":
+        store = write_sparse_store(tmp_path, X.tocsc(), layout="csc")
+        params = {"alpha": 0.05 * float(np.abs(X.T @ (y - y.mean())).max()) / X.shape[0]}
+        problem = make_problem_on_disk("lasso", SparseOnDisk(store), y, **params)
+    else:
+        labels = (y > np.median(y)).astype(np.float64)
+        store = write_sparse_store(tmp_path, X, layout="csr")
+        params = {"C": 0.1, "fit_intercept": False, **({"loss": "hinge"} if model == "hinge" else {})}
+        problem = make_problem_on_disk("svm" if model == "hinge" else "logistic", SparseOnDisk(store), labels,
+                                       **params)
+    res = DuHL(host_budget=0.25, tol=1e-9, random_state=0, max_epochs=5000, device="cuda").solve(problem)
+    assert res.status == "converged" and res.trace.certified.iloc[-1] == 1
+    assert res.trace.n_resident.max() < problem.n_coords and res.bytes_h2d > 0
+    if model == "lasso":
+        best = go.regression_oracle("lasso", X, y, params)
+        P = go.primal("lasso", X, y, res.a, go.regression_intercept(X, y, res.a), params)
+    else:
+        best = go.classification_oracle(model, X, labels, params, scaling=None)
+        P = go.primal(model, X, labels, X.T @ (res.a * go.signs(labels)), 0.0, params, None)
+    assert P - best["P"] <= res.gap + 1e-9 * problem.P0
+    assert best["P"] - P <= 1e-8 * problem.P0
