@@ -301,6 +301,11 @@ class DuHL:
             if self.device != "cpu":
                 # the GPU's block lands in RAM at its swap, then in pinned memory for its copy: twice in RAM
                 device = self._budget_bytes(problem)
+                if block // 2 < int(problem.coord_bytes.max()):
+                    raise ValueError(f"The 'host_budget' parameter of {self.owner} ({self.host_budget!r} = {budget} "
+                                     f"bytes, {fixed} for read buffers and indexes) leaves a GPU block of "
+                                     f"{block // 2} bytes (half: the rows read and their pinned copy), below one "
+                                     f"coordinate's data ({int(problem.coord_bytes.max())} bytes).")
                 block = block // 2 if device is None else min(block // 2, device)
                 self._notes.append(f"sparse store on the GPU: a block of {block} bytes, read into RAM at each "
                                    "swap (and its pinned copy), then copied to the GPU")

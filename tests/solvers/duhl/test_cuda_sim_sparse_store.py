@@ -43,3 +43,15 @@ def test_lasso_from_csc_columns_on_a_gpu_block_reaches_scikit_learns_optimum(tmp
     P = oracles.primal("lasso", X, y, res.a, oracles.regression_intercept(X, y, res.a), params)
     assert P - best["P"] <= res.gap + 1e-10 * problem.P0
     assert best["P"] - P <= 1e-10 * problem.P0
+
+
+def test_a_host_budget_whose_half_holds_no_coordinate_is_refused_by_name(tmp_path):
+    """The GPU's block is half of what host_budget leaves (the rows read, and their pinned copy):
+    a budget whose half is below one coordinate's data stops with one line naming host_budget."""
+    X, y = data(0, 2000, 100, 0.1)
+    store = write_sparse_store(tmp_path, X.tocsc(), layout="csc")
+    problem = make_problem_on_disk("lasso", SparseOnDisk(store), y, alpha=0.1)
+    reserved = 2 * 8192 + store.indptr.nbytes  # the two smallest read buffers and the column pointers
+    largest = int(problem.coord_bytes.max())
+    with pytest.raises(ValueError, match="'host_budget' parameter of DuHL .* leaves a GPU block of"):
+        DuHL(host_budget=(reserved + largest + 16) / problem.coord_bytes.sum(), device="cuda_sim").solve(problem)
