@@ -413,18 +413,25 @@ class DiskSparseResidentSet(SparseResidentSet):
     the epochs on the CPU's two cores without slowing them."""
 
     def __init__(self, problem, capacity_nnz, device):
+        cap = self._store_block(problem, capacity_nnz, device)
+        A = problem.A
+        self.rows = types.SimpleNamespace(coords=np.empty(0, np.int64), indptr=np.zeros(1, np.int64),
+                                          indices=np.empty(cap, A.store.index_dtype), data=np.empty(cap, A.dtype))
+        self._indptr_dev = self.rows.indptr
+
+    def _store_block(self, problem, capacity_nnz, device):
+        """What a block read from a sparse store sets up on any device (no staging); returns its
+        capacity in entries."""
         ResidentSet.__init__(self)
         self.problem, self.device = problem, device
         A = problem.A
         cap = int(min(int(capacity_nnz), A.nnz))
         self.whole, self.zero_copy = cap >= A.nnz, False
-        self.rows = types.SimpleNamespace(coords=np.empty(0, np.int64), indptr=np.zeros(1, np.int64),
-                                          indices=np.empty(cap, A.store.index_dtype), data=np.empty(cap, A.dtype))
         self.stage = None
-        self._indptr_dev = self.rows.indptr
         self._cached = (None, None)
         self.capacity_bytes = cap * unit_bytes(A)
         self.staging_bytes = 0
+        return cap
 
     def assign(self, coords):
         coords = _in_order(coords)
@@ -445,25 +452,18 @@ class DiskSparseResidentSet(SparseResidentSet):
         return 0
 
 
-class StoreGPUResidentSet(SparseResidentSet):
+class StoreGPUResidentSet(DiskSparseResidentSet):
     """A GPU's block of a sparse store on disk: a swap reads the joined rows from the store into a
     CSR landing buffer in RAM (the block's capacity, counted in host_budget, as the CPU's block is),
     then the device compacts the kept rows and appends the joined ones (host->device), as a sparse
     block from RAM does. No staging: the rows come from the disk at the swap, as on the CPU."""
 
     def __init__(self, problem, capacity_nnz, device):
-        ResidentSet.__init__(self)
-        self.problem, self.device = problem, device
+        cap = self._store_block(problem, capacity_nnz, device)
         A = problem.A
-        cap = int(min(int(capacity_nnz), A.nnz))
-        self.whole, self.zero_copy = cap >= A.nnz, False
         self.rows = _CSRRows(device, cap, A.store.index_dtype, A.dtype)
-        self.stage = None
         self._landing = (np.empty(cap, A.store.index_dtype), np.empty(cap, A.dtype))
         self._indptr_dev = None
-        self._cached = (None, None)
-        self.capacity_bytes = cap * unit_bytes(A)
-        self.staging_bytes = 0
 
     def assign(self, coords):
         coords = _in_order(coords)
@@ -477,9 +477,6 @@ class StoreGPUResidentSet(SparseResidentSet):
                               incoming_coords=joined)
             self._indptr_dev = dev.xp.asarray(self.rows.indptr)
         return int(joined.shape[0])
-
-    def prefetch(self, coords):
-        return 0
 
 
 def _device_budget(budget, free, copies):
