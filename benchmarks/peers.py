@@ -43,7 +43,7 @@ from benchmarks.common import W8A, lasso_problem, read_bandwidth, svm_problem
 from pipelines.tracking import relative, shown_uri
 from solvers.duhl import DuHL
 from solvers.duhl import compile_kernels
-from solvers.glm.models.sides import resolve
+from solvers.glm.models.sides import feature_coupling, resolve
 from solvers.glm.problems import make_problem
 from tasks.peers import PEERS, PeerUnsupported, make_peer, missing_reason
 
@@ -60,7 +60,7 @@ def _alpha(X, y, ratio):
 def classifier(family, X, y, part_resident=False, **params):
     """A classifier's problem on the side dual="auto" picks (solvers.glm.models.sides), all data
     resident or (``part_resident``) under a memory budget that holds part of it."""
-    entry, kwargs, _ = resolve(family, params, *X.shape, part_resident=part_resident)
+    entry, kwargs, _ = resolve(family, params, *X.shape, coupling=feature_coupling(X) if part_resident else None)
     return make_problem(entry, X, y, **kwargs)
 
 

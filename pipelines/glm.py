@@ -28,6 +28,7 @@ from pipelines.tracking import (PROJECT_ROOT, SWEEP_PARENT_ENV, RoundSampler, ar
                                 relative)
 from solvers.duhl.budget import holds_part
 from solvers.glm.models import get_model
+from solvers.glm.models.sides import feature_coupling
 from tasks.arms import (is_distributed, make_solver, prepare_on_disk, progress_metric, run_arm, runs_on_workers,
                         warm_workers, warmup)
 from tasks.cluster import validate_cluster_config
@@ -137,9 +138,9 @@ def dual_only(plan: Plan, dataset: Any) -> Optional[str]:
     """Why this run needs a classifier's dual side where both exist (dual="auto" then takes it), or
     None: CoCoA+ arms partition a classifier's samples unless told otherwise (its dual; model.dual=false
     or an L1 penalty partitions its features), DIANA solves its own primal; a sparse store on disk serves
-    the dual's CSR rows (the primal reads a dense feature-major X.npy from disk); the logistic
-    loss's main arm holding part of the data in its memory budget does better in the dual
-    (solvers.glm.models.sides)."""
+    the dual's CSR rows (the primal reads a dense feature-major X.npy from disk). (A main arm
+    whose memory budget holds part of the data lets dual="auto" weigh the features' coupling:
+    :func:`budget_coupling`.)"""
     kinds = {s.get("name") for s in plan.arms.values()}
     why = {"cocoa": "CoCoA+ partitions a classifier's samples unless model.dual=false (its features)",
            "diana": "DIANA's L2 logistic regression is the registry's 'logistic' (it solves it in the primal itself)"}
@@ -148,11 +149,16 @@ def dual_only(plan: Plan, dataset: Any) -> Optional[str]:
         return "; ".join(reasons)
     if dataset.store is not None and any(s.get("host_budget") is not None for s in plan.arms.values()):
         return "the sparse store on disk is read by rows (samples as coordinates)"
-    main = plan.arms[plan.main_arm]  # a DuHL arm: the one whose memory budget this is
+    return None
+
+
+def budget_coupling(plan: Plan, dataset: Any) -> Optional[float]:
+    """The data's feature coupling where the main arm (a DuHL arm) holds part of the data in its
+    memory budget, for dual="auto" to weigh there (solvers.glm.models.sides); None otherwise."""
+    main = plan.arms[plan.main_arm]
     if (plan.model.get("name") == "logistic" and main.get("name", "duhl") == "duhl"
             and holds_part(main.get("memory_budget"), dataset.nbytes)):
-        return (f"the main arm's memory_budget={main.get('memory_budget')!r} holds part of the data, where the "
-                "logistic loss's dual has the better gap selection")
+        return feature_coupling(dataset.X)
     return None
 
 
@@ -241,7 +247,8 @@ def run(cfg: DictConfig, plan: Plan, tracker: Any, tags: Dict[str, str], run_nam
                       f"{dataset.nbytes / 1e6:.1f} MB ({relative(dataset.path)}; {dataset.verified} "
                       f"checked in {dataset.verify_s:.2f}s)")
         # a classifier's side (primal or dual: model.penalty, model.dual) on the data's shape
-        model, side = resolve_model(plan.model, *dataset.shape, dual_for=dual_only(plan, dataset))
+        model, side = resolve_model(plan.model, *dataset.shape, dual_for=dual_only(plan, dataset),
+                                    coupling=budget_coupling(plan, dataset))
         if side is not None:
             console.print(f"model: {model['name']} ({side})")
             tracker.set_tags(parent_id, {"model_entry": model["name"], "formulation": side})

@@ -61,13 +61,15 @@ def describe_labels(model: str, y) -> Optional[str]:
     return None
 
 
-def resolve_model(model_cfg: Mapping[str, Any], n_samples: int, n_features: int, dual_for: Optional[str] = None):
+def resolve_model(model_cfg: Mapping[str, Any], n_samples: int, n_features: int, dual_for: Optional[str] = None,
+                  coupling: Optional[float] = None):
     """(the config of the registry entry that solves ``model_cfg`` on data of this shape, a note
     on the choice or None): a classifier's options (``penalty``, ``dual``) pick its primal or
     dual entry (solvers.glm.models.sides, scikit-learn's dual="auto"). ``dual_for``: why the run
     needs the dual side where both exist (the arms or the data on disk serve only it), which
-    ``dual="auto"`` then takes. A config without the options (another model, or one resolved
-    already) is its own entry, so resolving twice changes nothing."""
+    ``dual="auto"`` then takes. ``coupling``: the data's feature coupling where a memory budget
+    holds part of it (solvers.glm.models.sides.resolve). A config without the options
+    (another model, or one resolved already) is its own entry, so resolving twice changes nothing."""
     kwargs = dict(model_cfg)
     name = kwargs.pop("name")
     options = MODELS[name].options
@@ -80,7 +82,7 @@ def resolve_model(model_cfg: Mapping[str, Any], n_samples: int, n_features: int,
             return {"name": entry, **params}, f"dual='auto' chose the dual formulation: {dual_for}"
         except ValueError:
             pass  # the penalty has no dual side: the primal's own checks say what fails
-    entry, params, note = resolve(name, kwargs, n_samples, n_features, owner=owner)
+    entry, params, note = resolve(name, kwargs, n_samples, n_features, owner=owner, coupling=coupling)
     return {"name": entry, **params}, note
 
 

@@ -58,7 +58,7 @@ from solvers.storage.sparse_store import SparseStore
 from solvers.storage.sparse_transpose import transpose_store
 from solvers.glm.checks import check, check_params
 from solvers.glm.models import get_model
-from solvers.glm.models.sides import resolve
+from solvers.glm.models.sides import feature_coupling, resolve
 from solvers.glm.problems import make_problem, make_problem_on_disk
 
 _ACCEPT_SPARSE = ("csr", "csc", "coo")
@@ -372,9 +372,9 @@ class _Classifier(ClassifierMixin, _DuHLEstimator):
         """The family's options (penalty, dual, ...), checked by solvers.glm.models.sides."""
         return dict(penalty=self.penalty, dual=self.dual)
 
-    def _side(self, n_samples, n_features, layout=None, part_resident=False):
+    def _side(self, n_samples, n_features, layout=None, coupling=None):
         self._chosen = resolve(self._family, {**self._problem_kwargs(), **self._options()}, n_samples, n_features,
-                               owner=self._name(), layout=layout, part_resident=part_resident)
+                               owner=self._name(), layout=layout, coupling=coupling)
         return self._chosen
 
     def _entry(self):
@@ -383,7 +383,7 @@ class _Classifier(ClassifierMixin, _DuHLEstimator):
     def _side_in_ram(self, X):
         data_bytes = X.data.nbytes + X.nnz * (X.row if X.format == "coo" else X.indices).itemsize \
             if sp.issparse(X) else X.nbytes
-        return self._side(*X.shape, part_resident=holds_part(self.memory_budget, data_bytes))
+        return self._side(*X.shape, coupling=feature_coupling(X) if holds_part(self.memory_budget, data_bytes) else None)
 
     def _reads_features(self, fortran, shape):
         entry, _, _ = self._side(shape[0], shape[1], layout="features" if fortran else "samples")

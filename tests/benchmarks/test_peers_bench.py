@@ -125,11 +125,15 @@ def test_only_runs_the_problems_it_names(tiny_lasso, monkeypatch, tmp_path, caps
     assert "tiny logistic l1" in capsys.readouterr().out
 
 
-def test_the_budget_arms_of_an_l2_logistic_regression_solve_the_dual():
-    """A tall L2 logistic regression: the all-resident arms on the primal, the 0.25 arms on the
-    dual (dual="auto" under a memory budget); an L1 penalty has one side for both."""
+def test_the_budget_arms_of_an_l2_logistic_regression_take_the_side_auto_takes_under_a_budget():
+    """A tall L2 logistic regression: the all-resident arms on the primal; the 0.25 arms on the
+    dual where the features are binary (coupled: dual="auto" under a memory budget), on the
+    primal too where they are centred; an L1 penalty has one side for both."""
     rng = np.random.default_rng(0)
     X, y = rng.standard_normal((60, 5)), np.where(rng.random(60) < 0.5, 1.0, -1.0)
-    resident, budget_arms, budgeted = bench.sides("logistic", X, y, True, C=1.0, fit_intercept=False)
+    B = (X > 0).astype(np.float64)
+    resident, budget_arms, budgeted = bench.sides("logistic", B, y, True, C=1.0, fit_intercept=False)
     assert (resident.name, budget_arms, budgeted.name) == ("logistic_l2", True, "logistic")
-    assert bench.sides("logistic", X, y, False, C=1.0, fit_intercept=False, penalty="l1")[2] is None
+    resident, _, budgeted = bench.sides("logistic", X - X.mean(axis=0), y, True, C=1.0, fit_intercept=False)
+    assert (resident.name, budgeted) == ("logistic_l2", None)
+    assert bench.sides("logistic", B, y, False, C=1.0, fit_intercept=False, penalty="l1")[2] is None

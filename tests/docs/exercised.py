@@ -62,6 +62,9 @@ EXERCISED = {
     "~experiment.arms.peer_sklearn experiment.max_time=300 experiment.arms.sequential.max_time=400": TINY_RUN,
     ".venv/bin/python -m benchmarks.classifier_sides --repeats 3":
         "tests/benchmarks/test_classifier_sides_bench.py::test_every_side_and_budget_reaches_the_target",
+    ".venv/bin/python -m benchmarks.classifier_sides --dense 40000x200 --noisy 40000x200 --uniform 20000x200 "
+    "--clicks 200000 --losses logistic --budgets 0.25 --C 0.03,0.1,0.3,1,3,10 --repeats 1":
+        "tests/benchmarks/test_classifier_sides_bench.py::test_the_coupling_sweep_runs_each_set_at_each_C",
     ".venv/bin/python -m benchmarks.distbelief_model_parallel":
         "tests/benchmarks/test_distbelief_model_parallel_bench.py::"
         "test_the_bench_runs_the_arms_and_reports_steps_against_one_partition",

@@ -358,10 +358,23 @@ def test_a_tall_l2_logistic_regression_takes_the_primal(experiment, capsys):
     assert arms["duhl-gap"].data.metrics["reached_target"] == 1
 
 
-def test_a_budgeted_l2_logistic_regression_takes_the_dual(experiment, capsys):
-    experiment(*TINY, "model=logistic", "model.fit_intercept=false", "experiment=single", "device.memory_budget=0.25")
-    assert ("model: logistic (dual='auto' chose the dual formulation: the main arm's memory_budget=0.25 holds part "
-            "of the data") in capsys.readouterr().out
+CLICKS = ["data=synthetic_criteo", "data.n_samples=3000", "data.hash_bits=8", "data.nnz_per_row=4", "data.n_informative=20",
+          "experiment.target_rel_gap=1e-4", "experiment.max_time=10", "progress=false"]
+
+
+@pytest.mark.parametrize("data, entry, why", [
+    (CLICKS, "logistic", "dual formulation: the memory budget holds part of the data and its features are coupled "
+                         "(sum_j cos^2(x_j, 1) = "),
+    (TINY, "logistic_l2", "primal formulation: n_samples=120 >= n_features=40 (the memory budget holds part of the "
+                          "data; its features' coupling sum_j cos^2(x_j, 1) = "),
+])
+def test_a_budgeted_l2_logistic_regression_takes_the_dual_where_its_features_are_coupled(experiment, capsys, data,
+                                                                                        entry, why):
+    """With the main arm's memory_budget holding a quarter: binary click-like features (coupled
+    through their frequent values) take the dual; the synthetic set's centred ones the primal."""
+    experiment(*data, "model=logistic", "model.fit_intercept=false", "experiment=single", "device.memory_budget=0.25")
+    assert f"model: {entry} (dual='auto' chose the {why.split()[0]} formulation" in capsys.readouterr().out
     parent, arms = family(experiment.uri)
-    assert parent.data.tags["model_entry"] == "logistic" and "dual" in parent.data.tags["formulation"]
+    assert parent.data.tags["model_entry"] == entry
+    assert parent.data.tags["formulation"].startswith(f"dual='auto' chose the {why}"), parent.data.tags["formulation"]
     assert arms["duhl-gap"].data.metrics["reached_target"] == 1

@@ -21,15 +21,19 @@ svm          squared_hinge   l1          (refused)            svm_l1
 and the combination has one, else the primal when it has one, else the dual. With the data on
 disk the file's layout decides instead, where both sides exist: a sample-major (C-order) file
 serves the dual, a feature-major (Fortran-order) one the primal. The L2 logistic regression
-with a memory budget that holds part of the data takes the dual: there gap selection over the
-samples beat the primal's over the features on every data set measured, tall ones included
-(docs: design decisions, "Which side under a memory budget"). Refused combinations raise
-scikit-learn's own message.
+with a memory budget that holds part of the data takes the dual where its features are coupled
+(:func:`feature_coupling` at least ``COUPLED_FEATURES``, as binary features are): there the
+primal's coordinates descend slowly and the dual won on every set measured, while on centred
+features the primal won up to 200x (docs: design decisions, "Which side under a memory
+budget"). Refused combinations raise scikit-learn's own message.
 """
 
 from __future__ import annotations
 
 from typing import Any, Mapping, Optional, Tuple
+
+import numpy as np
+import scipy.sparse as sp
 
 from solvers.glm.checks import Boolean, Either, Options, check
 
@@ -46,6 +50,28 @@ PENALTIES = {"logistic": ("l1", "l2", "elasticnet"), "svm": ("l1", "l2")}
 # the entries a user reaches through a family's options only (not named themselves: no config of their own)
 OPTION_ENTRIES = frozenset(entry for sides in SIDES.values() for entry in sides.values()) - set(PENALTIES)
 DUAL_RULE = Either("auto", Boolean())
+# over 1 takes two columns or more along the mean row's direction: one alone (an uncentred feature) is coupled to none
+COUPLED_FEATURES = 2.0
+
+
+def feature_coupling(X) -> float:
+    """sum_j cos^2(x_j, 1) over X's columns x_j (n x d, dense or scipy sparse): a lower bound on
+    the top eigenvalue of X's column-normalised Gram matrix, whose mean eigenvalue is 1, from the
+    direction of the all-ones vector. About d / n for centred features; for binary ones (one-hot
+    fields, words) the mean number of non-zeros a row. Coordinate descent over coupled features
+    (the primal side) needs many epochs; over the samples (the dual) its epochs do not depend on
+    this coupling."""
+    n, d = X.shape
+    if sp.issparse(X):
+        if not X.has_canonical_format:  # duplicate entries add up before they are squared
+            X = sp.csr_matrix(X, copy=True)
+            X.sum_duplicates()
+        sums = np.asarray(X.sum(axis=0)).ravel()
+        squares = np.asarray(X.multiply(X).sum(axis=0)).ravel()
+    else:
+        sums, squares = X.sum(axis=0), np.einsum("ij,ij->j", X, X)
+    some = squares > 0
+    return float(np.sum(sums[some] ** 2 / squares[some])) / n
 
 
 def _unsupported(penalty, loss, dual, detail):
@@ -66,10 +92,10 @@ def entry_for(family: str, penalty: str, loss: str, dual: bool) -> str:
 
 
 def choose_dual(family: str, penalty: str, loss: str, n_samples: int, n_features: int,
-                layout: Optional[str] = None, part_resident: bool = False) -> Tuple[bool, str]:
+                layout: Optional[str] = None, coupling: Optional[float] = None) -> Tuple[bool, str]:
     """dual="auto": (the side, why). ``layout``: "samples" or "features" for data on disk (the
-    side its file serves, where the combination has it), None in RAM. ``part_resident``: the
-    memory budget holds part of the data."""
+    side its file serves, where the combination has it), None in RAM. ``coupling``: the data's
+    :func:`feature_coupling` where a memory budget holds part of it, else None."""
     sides = SIDES.get((family, loss, penalty), {})
     if len(sides) == 1:
         dual = next(iter(sides))
@@ -79,19 +105,23 @@ def choose_dual(family: str, penalty: str, loss: str, n_samples: int, n_features
         dual = layout == "samples"
         return dual, (f"the data on disk is {'sample' if dual else 'feature'}-major, which the "
                       f"{'dual' if dual else 'primal'} formulation reads")
-    if part_resident and family == "logistic":
-        return True, "memory_budget holds part of the data, where the logistic loss's dual has the better gap selection"
+    budget = coupling is not None and family == "logistic"
+    if budget and coupling >= COUPLED_FEATURES:
+        return True, (f"the memory budget holds part of the data and its features are coupled "
+                      f"(sum_j cos^2(x_j, 1) = {coupling:.3g} >= {COUPLED_FEATURES:g})")
     prefer = n_samples < n_features
     dual = prefer if prefer in sides else not prefer  # scikit-learn's: the other side if need be
-    return dual, f"n_samples={n_samples} {'<' if prefer else '>='} n_features={n_features}"
+    why = f"n_samples={n_samples} {'<' if prefer else '>='} n_features={n_features}"
+    return dual, why + (f" (the memory budget holds part of the data; its features' coupling "
+                        f"sum_j cos^2(x_j, 1) = {coupling:.3g} < {COUPLED_FEATURES:g})" if budget else "")
 
 
 def resolve(family: str, params: Mapping[str, Any], n_samples: int, n_features: int, owner: Optional[str] = None,
-            layout: Optional[str] = None, part_resident: bool = False) -> Tuple[str, dict, str]:
+            layout: Optional[str] = None, coupling: Optional[float] = None) -> Tuple[str, dict, str]:
     """(entry, its parameters, a note saying the side and why) for a family ("logistic" or "svm")
     and ``params``: the family's parameters and options (``penalty``, ``dual``, ``l1_ratio``). The
     options are checked here (errors name ``owner``, default the family's estimator).
-    ``layout`` and ``part_resident``: see :func:`choose_dual`."""
+    ``layout`` and ``coupling``: see :func:`choose_dual`."""
     from solvers.glm.models import get_model  # (this module is part of the registry package)
 
     head = get_model(family)
@@ -105,7 +135,7 @@ def resolve(family: str, params: Mapping[str, Any], n_samples: int, n_features: 
     # the loss checked before it names a side (an unknown one is its own error, not an unsupported combination)
     loss = check(owner, "loss", values.pop("loss")) if family == "svm" else "logistic_regression"
     if isinstance(dual, str):
-        dual, why = choose_dual(family, penalty, loss, n_samples, n_features, layout, part_resident)
+        dual, why = choose_dual(family, penalty, loss, n_samples, n_features, layout, coupling)
         note = f"dual='auto' chose the {'dual' if dual else 'primal'} formulation: {why}"
     else:
         dual = bool(dual)

@@ -60,14 +60,6 @@ def test_logistic_refuses_as_scikit_learn(data):
     (LinearSVC, dict(), (12, 15), "dual"),
     (LinearSVC, dict(loss="hinge"), (100, 15), "dual"),
     (LogisticRegression, dict(dual=True), (100, 15), "dual"),
-    # a memory budget holding part of the data: the logistic loss's dual; all of it: the primal
-    (LogisticRegression, dict(memory_budget=0.5), (100, 15), "dual"),
-    (LogisticRegression, dict(memory_budget="6KB"), (100, 15), "dual"),
-    (LogisticRegression, dict(memory_budget=1.0), (100, 15), "primal"),
-    (LogisticRegression, dict(memory_budget="1GB"), (100, 15), "primal"),
-    (LogisticRegression, dict(memory_budget=0.5, penalty="l1"), (100, 15), "primal"),
-    (LinearSVC, dict(memory_budget=0.5), (100, 15), "primal"),
-    (LogisticRegression, dict(memory_budget=0.5, dual=False), (100, 15), "primal"),
 ])
 def test_auto_picks_the_side_and_says_so(data, cls, kw, shape, side):
     X, y = data
@@ -75,6 +67,30 @@ def test_auto_picks_the_side_and_says_so(data, cls, kw, shape, side):
     est = cls(C=0.1, **kw).fit(X, y)
     notes = est.history_.attrs["notes"]
     assert any(f"the {side} formulation" in note for note in notes), notes
+
+
+@pytest.mark.parametrize("cls, kw, binary, side", [
+    # a memory budget holding part of binary (coupled) features: the logistic loss's dual
+    (LogisticRegression, dict(memory_budget=0.5), True, "dual"),
+    (LogisticRegression, dict(memory_budget="6KB"), True, "dual"),
+    # all of the data held, centred features, or a side set: as without a budget (the primal)
+    (LogisticRegression, dict(memory_budget=1.0), True, "primal"),
+    (LogisticRegression, dict(memory_budget="1GB"), True, "primal"),
+    (LogisticRegression, dict(memory_budget=0.5), False, "primal"),
+    (LogisticRegression, dict(memory_budget=0.5, penalty="l1"), True, "primal"),
+    (LogisticRegression, dict(memory_budget=0.5, dual=False), True, "primal"),
+    (LinearSVC, dict(memory_budget=0.5), True, "primal"),
+])
+def test_auto_under_a_memory_budget_weighs_the_features_coupling(data, cls, kw, binary, side):
+    """The tall test data's features made binary (about 6 non-zeros a row: coupled through their
+    means) or centred (coupled to nothing: sum_j cos^2(x_j, 1) about d / n)."""
+    X, y = data
+    X = (X > 0.3).astype(np.float64) if binary else X - X.mean(axis=0)
+    est = cls(C=0.1, **kw).fit(X, y)
+    notes = est.history_.attrs["notes"]
+    assert any(f"the {side} formulation" in note for note in notes), notes
+    if cls is LogisticRegression and kw == dict(memory_budget=0.5):
+        assert any("cos^2(x_j, 1) = " in note for note in notes), notes  # the coupling it weighed, said
 
 
 @pytest.mark.parametrize("name", list(go.PRIMAL))
