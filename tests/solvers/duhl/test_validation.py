@@ -79,7 +79,7 @@ def test_one_class_only(cls):
 # 4 features and the intercept (a classifier in the dual))
 BUDGET_CASES = [(cls, {}, 30 * 8) for cls in (Lasso, ElasticNet, Ridge)] + [
     (LinearSVC, {}, 30 * 8),  # dual="auto": 30 samples >= 4 features
-    (LogisticRegression, {}, 5 * 8),  # the same, but a budget holding part of the data takes the dual
+    (LogisticRegression, {}, 30 * 8),  # the same: under a budget, _data's features are coupled too little for the dual
     (LinearSVC, dict(dual=True), 5 * 8), (LogisticRegression, dict(dual=True), 5 * 8)]
 
 
