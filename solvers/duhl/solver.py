@@ -68,7 +68,8 @@ class DuHL:
         Which coordinates live on the device; "gap" is DuHL.
     local_epochs : int or "auto"
         Device epochs over its block per round. "auto" (default): 2 with part of the data
-        resident and the data in RAM, 1 with all data resident or the data on disk.
+        resident and the data in RAM, 1 with all data resident, the data on disk, or the
+        logistic loss's dual.
     tol : float
         Stop once rel_gap = gap / P(0) <= tol.
     max_epochs : float

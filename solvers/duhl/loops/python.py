@@ -119,7 +119,7 @@ def solve_python(solver, problem, rset, a, z, off, rng, trace, t0, iterates, car
     state = (a, z, off)
     policy = Policy(solver.selection, coord_bytes, rset.capacity_bytes, problem.sqnorm, child(rng))
     orders = stream(rng)  # the epochs' orders (the compiled loop's too)
-    epochs = round_epochs(solver.local_epochs, problem.on_disk)
+    epochs = round_epochs(solver.local_epochs, problem.on_disk, problem.name)
     dual_best = -np.inf
     on_disk = problem.on_disk
     ram_rows = problem.A.data.shape[0] if isinstance(problem.A, RamTier) else 0

@@ -8,13 +8,16 @@ MAX_PASSES_PER_ROUND = 16
 # local_epochs "auto" with part of the data resident in RAM: a block solved further takes fewer
 # rounds (docs/explanation/design-decisions/in-memory.md); on disk one, since a round's reads dominate
 AUTO_EPOCHS = 2
+# the entries whose "auto" is one epoch a round in RAM too: the logistic dual's gap-chosen blocks of coupled
+# rows, solved further, overshoot the rows outside and the gap swings from block to block
+ONE_EPOCH_MODELS = frozenset({"logistic"})
 
 
-def round_epochs(local_epochs, on_disk=False):
+def round_epochs(local_epochs, on_disk=False, model=None):
     """``local_epochs`` as a number of epochs on the block per round ("auto": AUTO_EPOCHS in RAM, 1
-    with the data on disk)."""
+    with the data on disk or for a registry entry ``model`` of ONE_EPOCH_MODELS)."""
     if local_epochs == "auto":
-        return 1 if on_disk else AUTO_EPOCHS
+        return 1 if on_disk or model in ONE_EPOCH_MODELS else AUTO_EPOCHS
     return int(local_epochs)
 
 

@@ -613,7 +613,7 @@ def solve_swap(solver, problem, rset, a, z, off, rng, trace, t0, iterates):
     proofs_on = solver.gap_proofs is True or (solver.gap_proofs == "auto" and pays)
     proving = bool(not at_once and solver.refresh == "auto" and proofs_on and problem.model.zero_gap is not None)
     cfg = Settings(int(rset.capacity_bytes), POLICIES[solver.selection], tol_abs, update_budget(solver.max_epochs, n),
-                   round_epochs(solver.local_epochs), MAX_PASSES_PER_ROUND, bool(solver.shrinking),
+                   round_epochs(solver.local_epochs, model=problem.name), MAX_PASSES_PER_ROUND, bool(solver.shrinking),
                    refresh_first(solver.device, problem), proving, bool(np.any(problem.mu)))
     buf = _buffers(problem, rset, z, rng, solver.selection, proving)
     st = np.zeros(1, dtype=STATE).view(np.recarray)[0]
