@@ -23,8 +23,8 @@ disk the file's layout decides instead, where both sides exist: a sample-major (
 serves the dual, a feature-major (Fortran-order) one the primal. The L2 logistic regression
 with a memory budget that holds part of the data takes the dual where its features are coupled
 (:func:`feature_coupling` at least ``COUPLED_FEATURES``, as binary features are): there the
-primal's coordinates descend slowly and the dual won on every set measured, while on centred
-features the primal won up to 200x (docs: design decisions, "Which side under a memory
+primal's blocks of features stalled and the dual won or tied on every set measured, while on
+centred features the primal won up to 200x (docs: design decisions, "Which side under a memory
 budget"). Refused combinations raise scikit-learn's own message.
 """
 
@@ -59,8 +59,8 @@ def feature_coupling(X) -> float:
     the top eigenvalue of X's column-normalised Gram matrix, whose mean eigenvalue is 1, from the
     direction of the all-ones vector. About d / n for centred features; for binary ones (one-hot
     fields, words) the mean number of non-zeros a row. Coordinate descent over coupled features
-    (the primal side) needs many epochs; over the samples (the dual) its epochs do not depend on
-    this coupling."""
+    (the primal side) needs many epochs; the bound on its epochs over the samples (the dual,
+    SDCA's) does not depend on this coupling."""
     n, d = X.shape
     if sp.issparse(X):
         if not X.has_canonical_format:  # duplicate entries add up before they are squared
