@@ -154,10 +154,12 @@ def dual_only(plan: Plan, dataset: Any) -> Optional[str]:
 
 def budget_coupling(plan: Plan, dataset: Any) -> Optional[float]:
     """The data's feature coupling where the main arm (a DuHL arm) holds part of the data in its
-    memory budget, for dual="auto" to weigh there (solvers.glm.models.sides); None otherwise."""
+    memory budget, for dual="auto" to weigh there (solvers.glm.models.sides): the L2 logistic
+    regression's, the one classifier it weighs; None otherwise (no pass over the data)."""
     main = plan.arms[plan.main_arm]
-    if (plan.model.get("name") == "logistic" and main.get("name", "duhl") == "duhl"
-            and holds_part(main.get("memory_budget"), dataset.nbytes)):
+    model = plan.model
+    if (model.get("name") == "logistic" and model.get("penalty", "l2") == "l2" and model.get("dual", "auto") == "auto"
+            and main.get("name", "duhl") == "duhl" and holds_part(main.get("memory_budget"), dataset.nbytes)):
         return feature_coupling(dataset.X)
     return None
 

@@ -378,3 +378,22 @@ def test_a_budgeted_l2_logistic_regression_takes_the_dual_where_its_features_are
     assert parent.data.tags["model_entry"] == entry
     assert parent.data.tags["formulation"].startswith(f"dual='auto' chose the {why}"), parent.data.tags["formulation"]
     assert arms["duhl-gap"].data.metrics["reached_target"] == 1
+
+
+def test_the_coupling_is_computed_only_where_dual_auto_weighs_it():
+    """The L2 logistic regression with dual='auto' and a main arm's budget holding part of the
+    data: its coupling (three constant columns: cos^2 = 1 each); any other run: None, no pass."""
+    from types import SimpleNamespace
+
+    from pipelines.glm import budget_coupling
+
+    X = np.ones((10, 3))
+    data = SimpleNamespace(X=X, nbytes=X.nbytes)
+
+    def plan(budget=0.25, **model):
+        return SimpleNamespace(arms={"duhl-gap": {"name": "duhl", "memory_budget": budget}}, main_arm="duhl-gap",
+                               model={"name": "logistic", "penalty": "l2", "dual": "auto", **model})
+
+    assert budget_coupling(plan(), data) == pytest.approx(3.0, rel=1e-12)
+    for other in (plan(penalty="l1"), plan(dual=True), plan(budget=None), plan(budget=1.0), plan(name="svm")):
+        assert budget_coupling(other, data) is None
