@@ -28,7 +28,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from benchmarks.common import W8A
-from benchmarks.peers import _w8a, certified, time_to
+from benchmarks.peers import _w8a, certified, noisy_linear_labels, time_to
 from solvers.duhl import DuHL
 from solvers.glm.models.sides import feature_coupling
 from solvers.glm.problems import make_problem
@@ -53,20 +53,14 @@ def noisy_tall(n, d, seed=2):
     spread: many samples inside the margin (benchmarks.peers' tall_logistic)."""
     rng = np.random.default_rng(seed)
     X = rng.standard_normal((n, d))
-    coef = np.zeros(d)
-    coef[rng.choice(d, max(1, d // 10), replace=False)] = rng.standard_normal(max(1, d // 10))
-    score = X @ coef
-    return X, np.where(score + 0.5 * np.std(score) * rng.standard_normal(n) > 0, 1.0, -1.0)
+    return X, noisy_linear_labels(rng, X)
 
 
 def uniform_tall(n, d, seed=4):
     """Uniform [0, 1) features (uncentred: coupled through their means), labels as noisy_tall's."""
     rng = np.random.default_rng(seed)
     X = rng.random((n, d))
-    coef = np.zeros(d)
-    coef[rng.choice(d, max(1, d // 10), replace=False)] = rng.standard_normal(max(1, d // 10))
-    score = (X - 0.5) @ coef
-    return X, np.where(score + 0.5 * np.std(score) * rng.standard_normal(n) > 0, 1.0, -1.0)
+    return X, noisy_linear_labels(rng, X - 0.5)
 
 
 def clicks(n, hash_bits=14):

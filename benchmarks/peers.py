@@ -72,6 +72,16 @@ def sides(family, X, y, budget_arms, **params):
     return resident, budget_arms, None if budgeted.name == resident.name else budgeted
 
 
+def noisy_linear_labels(rng, Z):
+    """+-1 labels from a linear score of Z's columns (dense or sparse), a tenth of them
+    informative, with noise half the score's spread: many samples inside the margin."""
+    n, d = Z.shape
+    coef = np.zeros(d)
+    coef[rng.choice(d, max(1, d // 10), replace=False)] = rng.standard_normal(max(1, d // 10))
+    score = Z @ coef
+    return np.where(score + 0.5 * np.std(score) * rng.standard_normal(n) > 0, 1.0, -1.0)
+
+
 def _w8a(rows):
     from sklearn.datasets import load_svmlight_file
 
@@ -152,11 +162,8 @@ def problems(quick):
                               data_rvs=lambda k: rng.standard_normal(k))
             else:
                 X = np.asfortranarray(rng.standard_normal((n, d)))
-            coef = np.zeros(d)
-            coef[rng.choice(d, max(1, d // 10), replace=False)] = rng.standard_normal(max(1, d // 10))
-            score = X @ coef
-            y = np.where(score + 0.5 * np.std(score) * rng.standard_normal(n) > 0, 1.0, -1.0)
-            return sides("logistic", X, y, budget, C=C, fit_intercept=False, penalty=penalty)
+            return sides("logistic", X, noisy_linear_labels(rng, X), budget, C=C, fit_intercept=False,
+                         penalty=penalty)
         return build
 
     if quick:

@@ -28,7 +28,7 @@ from pipelines.tracking import (PROJECT_ROOT, SWEEP_PARENT_ENV, RoundSampler, ar
                                 relative)
 from solvers.duhl.budget import holds_part
 from solvers.glm.models import get_model
-from solvers.glm.models.sides import feature_coupling
+from solvers.glm.models.sides import feature_coupling, weighs_coupling
 from tasks.arms import (is_distributed, make_solver, prepare_on_disk, progress_metric, run_arm, runs_on_workers,
                         warm_workers, warmup)
 from tasks.cluster import validate_cluster_config
@@ -158,7 +158,7 @@ def budget_coupling(plan: Plan, dataset: Any) -> Optional[float]:
     regression's, the one classifier it weighs; None otherwise (no pass over the data)."""
     main = plan.arms[plan.main_arm]
     model = plan.model
-    if (model.get("name") == "logistic" and model.get("penalty", "l2") == "l2" and model.get("dual", "auto") == "auto"
+    if (weighs_coupling(model.get("name"), model.get("penalty", "l2"), model.get("dual", "auto"))
             and main.get("name", "duhl") == "duhl" and holds_part(main.get("memory_budget"), dataset.nbytes)):
         return feature_coupling(dataset.X)
     return None

@@ -58,7 +58,7 @@ from solvers.storage.sparse_store import SparseStore
 from solvers.storage.sparse_transpose import transpose_store
 from solvers.glm.checks import check, check_params
 from solvers.glm.models import get_model
-from solvers.glm.models.sides import feature_coupling, resolve
+from solvers.glm.models.sides import feature_coupling, resolve, weighs_coupling
 from solvers.glm.problems import make_problem, make_problem_on_disk
 
 _ACCEPT_SPARSE = ("csr", "csc", "coo")
@@ -383,7 +383,8 @@ class _Classifier(ClassifierMixin, _DuHLEstimator):
     def _side_in_ram(self, X):
         data_bytes = X.data.nbytes + X.nnz * (X.row if X.format == "coo" else X.indices).itemsize \
             if sp.issparse(X) else X.nbytes
-        return self._side(*X.shape, coupling=feature_coupling(X) if holds_part(self.memory_budget, data_bytes) else None)
+        weighs = weighs_coupling(self._family, self.penalty, self.dual) and holds_part(self.memory_budget, data_bytes)
+        return self._side(*X.shape, coupling=feature_coupling(X) if weighs else None)
 
     def _reads_features(self, fortran, shape):
         entry, _, _ = self._side(shape[0], shape[1], layout="features" if fortran else "samples")

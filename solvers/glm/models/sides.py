@@ -74,6 +74,12 @@ def feature_coupling(X) -> float:
     return float(np.sum(sums[some] ** 2 / squares[some])) / n
 
 
+def weighs_coupling(family: str, penalty: str, dual) -> bool:
+    """Whether dual="auto" weighs the data's :func:`feature_coupling` under a memory budget: the
+    L2 logistic regression with dual="auto" (otherwise no pass over the data is needed)."""
+    return family == "logistic" and penalty == "l2" and dual == "auto"
+
+
 def _unsupported(penalty, loss, dual, detail):
     return ValueError(f"Unsupported set of arguments: {detail}, Parameters: penalty={penalty!r}, loss={loss!r}, "
                       f"dual={dual!r}")
