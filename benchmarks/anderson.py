@@ -1,12 +1,13 @@
-"""Anderson extrapolation on and off, side by side with the Lasso peers.
+"""Anderson extrapolation on and off, side by side with the peers.
 
-    python -m benchmarks.anderson              # the quick bench's Lasso problems, 3 repeats
+    python -m benchmarks.anderson              # the quick bench's problems, 3 repeats
     python -m benchmarks.anderson --full       # the full bench's (make bench: w8a's 49,749 rows, ...)
 
-Per Lasso problem of ``make bench QUICK=1`` (w8a[20000], diabetes, dense 2000x1000,
-sparse 5000x5000), time to rel_gap 1e-6 of ours with all data resident, without and
-with ``anderson`` (DuHL's option: a cyclic order and an extrapolation every 5 passes),
-and of scikit-learn, celer, skglm and Snap ML, in one run: a warm-up per solver first
+Per problem of ``make bench QUICK=1`` whose coordinates are the model's coefficients (the
+Lasso's; the classifiers solved in the primal: w8a's L2 and L1 logistic regressions and L1
+squared hinge, the tall synthetic ones), time to rel_gap 1e-6 of ours with all data resident,
+without and with ``anderson`` (DuHL's option: one order per window and an extrapolation every 5
+passes), and of every installed peer but dask-ml's ADMM, in one run: a warm-up per solver first
 (excluded), then ``--repeats`` runs whose median is reported, ours interleaved (off,
 on, off, on, ...) so that the machine's load hits both alike. BLAS pools pinned to
 one thread. Prints a markdown table with each time over the best peer's.
@@ -21,10 +22,11 @@ from threadpoolctl import threadpool_limits
 from benchmarks.peers import TARGETS, _inf, problems, run_peer, time_to
 from solvers.duhl import DuHL
 from solvers.duhl import compile_kernels
+from tasks.peers import PEERS as ALL_PEERS
 from tasks.peers import PeerUnsupported, missing_reason
 
 TARGET = min(TARGETS)
-PEERS = ("peer_sklearn", "peer_celer", "peer_skglm", "peer_snapml")
+PEERS = tuple(p for p in ALL_PEERS if p != "peer_daskml_admm")  # ~10 s a fit
 ARMS = {"ours": False, "ours + anderson": True}
 
 
@@ -67,19 +69,23 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--max-time", type=float, default=10.0, help="seconds per run")
-    parser.add_argument("--full", action="store_true", help="the full bench's Lasso problems (not --quick's)")
+    parser.add_argument("--full", action="store_true", help="the full bench's problems (not --quick's)")
+    parser.add_argument("--only", default=None, help="run only the problems whose label contains this text")
     args = parser.parse_args(argv)
     lines = ["| problem | ours (s) | + anderson (s) | epochs off / on | best peer (s) | ours / peer | "
              "+ anderson / peer |", "|---|---|---|---|---|---|---|"]
     with threadpool_limits(1):
-        print(f"Numba warm-up: {compile_kernels(['lasso']):.2f} s, excluded", flush=True)
+        print(f"Numba warm-up: {compile_kernels(['lasso', 'logistic_l1', 'logistic_l2', 'svm_l1']):.2f} s, "
+              "excluded", flush=True)
         for label, build in problems(not args.full):
-            if "lasso" not in label:
+            if args.only is not None and args.only not in label:
                 continue
             try:
                 problem = build()[0]
             except FileNotFoundError as error:
                 print(f"{label}: skipped ({error})", flush=True)
+                continue
+            if problem.dual_form:  # samples as coordinates: anderson does not apply
                 continue
             res = bench(problem, args.repeats, args.max_time, lambda msg: print(msg, flush=True))
             for arm, (t, epochs) in res.items():

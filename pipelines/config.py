@@ -69,7 +69,8 @@ class DuhlSolverConfig(SolverConfig):
     """DuHL: ``refresh`` is the stale-gap refresh per round with part of the data resident:
     "auto" (as many bytes as the block reads, or on disk as the disk reads while it computes),
     "all" (every gap every round), or a float >= 0 (that many data's worth; 0: none).
-    ``anderson``: Anderson extrapolation with all data resident on the CPU (Lasso family):
+    ``anderson``: Anderson extrapolation with all data resident on the CPU (Lasso family, classifiers
+    in the primal):
     "auto" (on where it applies), true or false."""
 
     refresh: Any = "auto"

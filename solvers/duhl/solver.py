@@ -143,10 +143,11 @@ class DuHL:
         diverged at 31 in flight on an H100): a round that raises the objective
         is undone and rerun with half as many in flight (a note says so).
     anderson : "auto" or bool
-        All data resident on the CPU, the Lasso family (Lasso, ElasticNet, Ridge): every
-        5 passes over the working set try the Anderson extrapolation of the last 6
-        iterates, kept only where it lowers the objective, the coordinate order drawn
-        once per 6 passes (solvers.duhl.accel.anderson). "auto": on where it applies; True:
+        All data resident on the CPU, coordinates that are the model's coefficients (the Lasso
+        family; the classifiers in the primal, over working sets their Newton passes go
+        through coordinate by coordinate): every 5 passes over the working set try the
+        Anderson extrapolation of the last 6 iterates, kept only where it lowers the
+        objective, the coordinate order drawn once per 6 passes (solvers.duhl.accel.anderson). "auto": on where it applies; True:
         the same, with a note where it does not apply; False: off.
     gram : "auto" or bool
         Covariance updates for the Lasso family in RAM on the CPU whose Gram matrix X^T X takes
@@ -405,10 +406,11 @@ class DuHL:
             z, off = problem.zero_state()
         else:
             z, off = problem.state_from(a)
-        applies = budget is None and self.device == "cpu" and not problem.dual_form and not problem.loss
+        applies = budget is None and self.device == "cpu" and not problem.dual_form
         if not isinstance(self.anderson, str) and self.anderson and not applies:
             self._notes.append("anderson applies with all data resident on the CPU and coordinates that are "
-                               "the model's coefficients (Lasso, ElasticNet, Ridge): ignored")
+                               "the model's coefficients (Lasso, ElasticNet, Ridge, classifiers in the primal): "
+                               "ignored")
         settings, end_row = {}, True  # end_row: the trace's last row certifies the state returned
         self.gram_, self.anderson_state_, self.global_passes_ = {}, np.zeros(3), {}
         if budget is None and self.device == "cpu":
@@ -470,7 +472,7 @@ class DuHL:
     def _solve_resident(self, problem, a, z, off, rng, trace, t0):
         """All data resident on the CPU: the compiled loop (solvers.duhl.loops.resident)."""
         epochs = 1 if self.local_epochs == "auto" else self.local_epochs  # "auto": one epoch a round here
-        on = (isinstance(self.anderson, str) or bool(self.anderson)) and not problem.dual_form and not problem.loss
+        on = (isinstance(self.anderson, str) or bool(self.anderson)) and not problem.dual_form
         status, rounds, updates, dual_best, self.anderson_state_, self.global_passes_ = solve_resident(
             problem, a, z, off, local_epochs=epochs, max_epochs=self.max_epochs, max_time=self.max_time,
             shrinking=self.shrinking, tol_abs=self.tol * problem.P0, seed_value=int(rng.integers(2**31 - 1)),

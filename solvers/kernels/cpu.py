@@ -273,7 +273,7 @@ def newton_pass_dense(rows, coords, order, a, z, off, mu, sqnorm, c, theta):
     dm = np.zeros(m)
     for k in range(m):
         h[k] = loss_curvature(theta, u0[k])
-    if n <= HESSIAN_DENSE and 4 * n <= m:
+    if hessian_pass(n, n * m, m, False):
         _hessian_step_dense(rows, coords, order, a, z, u0, h, margins, theta)
         return n
     a0 = np.empty(n)
@@ -321,6 +321,16 @@ INNER_SHRINK = 1e-3    # ... until an inner pass's largest step (scaled by sqrt(
 FACE_SOLVES = 8
 FACE_FLOPS = 4 * HESSIAN_ENTRIES
 FACE_RIDGE = 1e-12     # relative to the face's largest curvature: a duplicate feature's null direction
+
+
+@compiled(inline="always")
+def hessian_pass(n, entries, m, sparse):
+    """Whether a Newton pass over n coordinates (``entries`` entries of data, m samples) takes its
+    step from their Hessian (sparse: where building it turns out cheap enough), not coordinate by
+    coordinate."""
+    if sparse:
+        return n * n <= 4 * entries
+    return n <= HESSIAN_DENSE and 4 * n <= m
 
 
 @compiled(inline="always")
@@ -606,7 +616,7 @@ def newton_pass_sparse(indptr, indices, data, coords, order, a, z, off, mu, sqno
     entries = 0
     for jj in range(n):
         entries += indptr[order[jj] + 1] - indptr[order[jj]]
-    if n * n <= 4 * entries and _hessian_step(indptr, indices, data, coords, order, a, z, margins, theta, entries, m):
+    if hessian_pass(n, entries, m, True) and _hessian_step(indptr, indices, data, coords, order, a, z, margins, theta, entries, m):
         return n
     lazy = entries < m
     touched = np.empty(m, np.int64)

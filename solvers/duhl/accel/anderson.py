@@ -19,18 +19,27 @@ With covariance updates (solvers.duhl.accel.gram) the passes run from G = A A^T 
 working set's dots <A_j, z>: extrapolate_gram tries the same point with the objective's
 change from them (no read of the data), and with an intercept the loop does not try.
 
-Built for the Lasso family (coordinates = features, g finite everywhere): for box-
-constrained g (the classifiers' duals) a' could leave the domain.
+Built for coordinates that are the model's coefficients, g finite everywhere: the Lasso family
+and the classifiers in the primal (for box-constrained g, the classifiers' duals, a' could leave
+the domain). A loss of the margins (:func:`extrapolate` dispatches on the model) moves the margins
+by the extrapolated step, and the objective's change is each touched sample's exact loss change;
+kept, u = grad f follows at the samples that moved. Its passes are a fixed map only where they go
+coordinate by coordinate: a Newton pass that takes its step from the working set's Hessian
+(few coordinates, :func:`solvers.kernels.cpu.hessian_pass`) is a Newton step whose inner
+coordinate descent a fixed order per window slowed (w8a's L2 logistic regression: 6-7 passes
+to a 1e-6 gap with a fresh order per pass, 8-16 with one per window), so :func:`applies_to`
+leaves those working sets alone.
 """
 
 import numpy as np
 from numba.extending import overload
 
+from solvers.duhl.accel.gram import work_entries
 from solvers.glm.certificates import residual_stats
-from solvers.glm.models import g_value
+from solvers.glm.models import g_value, has_loss, loss_change, loss_grad, math_of
 from solvers.kernels import cpu
 from solvers.kernels.cache import compiled
-from solvers.kernels.layouts import is_csr
+from solvers.kernels.layouts import add, is_csr
 
 REG = 1e-10  # eps of the small system, relative to its trace
 
@@ -150,13 +159,81 @@ def _point(buf, w, j):
     return x
 
 
-@compiled
+def applies_to(D, theta, work, m):
+    """Whether the passes over the working set ``work`` (m samples) are a map Anderson extrapolates:
+    coordinate descent, or a loss's Newton passes that go coordinate by coordinate."""
+    if not has_loss(theta):
+        return True
+    return not cpu.hessian_pass(work.shape[0], work_entries(D, work), m, is_csr(D))
+
+
+@overload(applies_to)
+def _applies_to_for(D, theta, work, m):
+    if math_of(theta).loss is None:
+        return lambda D, theta, work, m: True
+    sparse = is_csr(D)
+    return lambda D, theta, work, m: not cpu.hessian_pass(work.shape[0], work_entries(D, work), m, sparse)
+
+
 def extrapolate(D, active, a, z, off, mu, c, b, theta, buf, state):
     """Record a[active] as the newest iterate; with K + 1 of them, try the extrapolated
     point and keep it if it lowers the objective. ``buf``: (K + 1, n) iterates by
     coordinate; ``state``: [iterates stored, tries, kept] (the caller zeroes state[0]
-    whenever the working set changes). Costs O(K^2 |W|) and the moved coordinates' data
-    (O(m) more with an intercept), so that small working sets can afford it."""
+    whenever the working set changes). The quadratic data term's (:func:`extrapolate_quadratic`)
+    or a loss's (:func:`extrapolate_margins`), in Python and compiled alike."""
+    if has_loss(theta):
+        return extrapolate_margins(D, active, a, z, off, theta, buf, state)
+    return extrapolate_quadratic(D, active, a, z, off, mu, c, b, theta, buf, state)
+
+
+@overload(extrapolate)
+def _extrapolate_for(D, active, a, z, off, mu, c, b, theta, buf, state):
+    if math_of(theta).loss is None:
+        return lambda D, active, a, z, off, mu, c, b, theta, buf, state: extrapolate_quadratic(
+            D, active, a, z, off, mu, c, b, theta, buf, state)
+    return lambda D, active, a, z, off, mu, c, b, theta, buf, state: extrapolate_margins(
+        D, active, a, z, off, theta, buf, state)
+
+
+@compiled
+def extrapolate_margins(D, active, a, z, off, theta, buf, state):
+    """:func:`extrapolate` for a loss of the margins (z = u = grad f, the margins in off[1:]): the
+    margins' step dm over the moved coordinates' data, the objective's change as each touched
+    sample's loss change plus the coordinates' g; kept, the margins move and u follows. A kept
+    point lies inside g's box (|a_i| <= bound: the objective at it is below P(0), and l1 |a_i| alone
+    would reach P(0) past it), as every iterate does. Costs O(K^2 |W|), the moved coordinates'
+    data and O(m)."""
+    w = _mix(buf, active, a, state)
+    if w.shape[0] == 0:
+        return
+    margins = off[1:]
+    dm = np.zeros(z.shape[0])
+    change = 0.0
+    for j in active:
+        x = _point(buf, w, j)
+        d = x - a[j]
+        if d != 0.0:
+            change += g_value(theta, x) - g_value(theta, a[j])
+            add(D, j, d, dm)
+    for k in range(dm.shape[0]):
+        if dm[k] != 0.0:
+            change += loss_change(theta, margins[k], z[k], dm[k])
+    if not change < 0.0:  # (False for NaN)
+        return
+    state[2] += 1
+    for j in active:
+        a[j] = _point(buf, w, j)
+    for k in range(dm.shape[0]):
+        if dm[k] != 0.0:
+            margins[k] += dm[k]
+            z[k] = loss_grad(theta, margins[k])
+
+
+@compiled
+def extrapolate_quadratic(D, active, a, z, off, mu, c, b, theta, buf, state):
+    """:func:`extrapolate` for the quadratic data term (z = c (v - b)): z and off follow a' as in a
+    coordinate step. Costs O(K^2 |W|) and the moved coordinates' data (O(m) more with an intercept),
+    so that small working sets can afford it."""
     K = buf.shape[0] - 1
     w = _mix(buf, active, a, state)
     if w.shape[0] == 0:

@@ -34,7 +34,7 @@ from typing import NamedTuple
 import numpy as np
 
 from solvers.duhl.budget import update_budget
-from solvers.duhl.accel.anderson import extrapolate, extrapolate_gram
+from solvers.duhl.accel.anderson import applies_to, extrapolate, extrapolate_gram
 from solvers.duhl.accel.gram import COV_ROUNDS, catch_up, gram_cost, gram_epoch, gram_fits, gram_matrix, gram_pays, \
     work_entries
 from solvers.duhl.gaps.memory import proven
@@ -366,14 +366,15 @@ def run_resident_slice(D, a, z, off, form, cfg, st, buf, history, iterates, acce
                     extrapolate_gram(G, active, a, dots, c, theta, accel, accel_state, buf.out_g)
             catch_up(D, work[:n_work], a, a_ref, z, c)
             passes = 0
+        extrapolating = passes > 0 and accel.shape[0] > 1 and applies_to(D, theta, active, z.shape[0])
         for _ in range(passes):
             left = int(cfg.max_updates - st.updates)  # the epoch budget: a last pass cut short
             if left <= 0:
                 break
-            if accel.shape[0] <= 1 or accel_state[0] == 0:  # with Anderson: one order per window
+            if not extrapolating or accel_state[0] == 0:  # with Anderson: one order per window
                 cpu.shuffle(active, rng)
             st.updates += epoch(D, everyone, active[:left], a, z, off, mu, sqnorm, c, theta)
-            if accel.shape[0] > 1 and left >= n_work:
+            if extrapolating and left >= n_work:
                 extrapolate(D, active, a, z, off, mu, c, form.b, theta, accel, accel_state)
         st.rounds += 1
         if st.updates >= cfg.max_updates:
