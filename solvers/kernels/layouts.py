@@ -4,7 +4,7 @@ matching kernel of :mod:`solvers.kernels.cpu` into it."""
 
 from numba.extending import overload
 
-from solvers.glm.models import math_of
+from solvers.glm.models import has_loss, math_of
 from solvers.kernels import cpu
 
 
@@ -28,6 +28,18 @@ def add(D, i, cd, z):
 
 def entries(D, i):
     """The entries of row i of D."""
+
+
+def hessian_steps(D, theta, work, m):
+    """Whether epochs over the rows ``work`` of D (m samples) are Newton steps from their Hessian (a
+    loss's pass over few coordinates, :func:`solvers.kernels.cpu.hessian_pass`), not coordinate by
+    coordinate."""
+    if not has_loss(theta):
+        return False
+    total = 0
+    for i in work:
+        total += entries(D, i)
+    return cpu.hessian_pass(len(work), total, m, is_csr(D))
 
 
 @overload(epoch)
@@ -71,3 +83,17 @@ def _entries_for(D, i):
     if is_csr(D):
         return lambda D, i: D[0][i + 1] - D[0][i]
     return lambda D, i: D[0].shape[1]
+
+
+@overload(hessian_steps)
+def _hessian_steps_for(D, theta, work, m):
+    if math_of(theta).loss is None:
+        return lambda D, theta, work, m: False
+    sparse = is_csr(D)
+
+    def loss(D, theta, work, m):
+        total = 0
+        for i in work:
+            total += entries(D, i)
+        return cpu.hessian_pass(work.shape[0], total, m, sparse)
+    return loss

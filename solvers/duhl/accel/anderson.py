@@ -25,16 +25,15 @@ the domain). A loss of the margins (:func:`extrapolate` dispatches on the model)
 by the extrapolated step, and the objective's change is each touched sample's exact loss change;
 kept, u = grad f follows at the samples that moved. Its passes are a fixed map only where they go
 coordinate by coordinate: a Newton pass that takes its step from the working set's Hessian
-(few coordinates, :func:`solvers.kernels.cpu.hessian_pass`) is a Newton step whose inner
+(few coordinates, :func:`solvers.kernels.layouts.hessian_steps`) is a Newton step whose inner
 coordinate descent a fixed order per window slowed (w8a's L2 logistic regression: 6-7 passes
-to a 1e-6 gap with a fresh order per pass, 8-16 with one per window), so :func:`applies_to`
-leaves those working sets alone.
+to a 1e-6 gap with a fresh order per pass, 8-16 with one per window), so the loop leaves those
+working sets alone.
 """
 
 import numpy as np
 from numba.extending import overload
 
-from solvers.duhl.accel.gram import work_entries
 from solvers.glm.certificates import residual_stats
 from solvers.glm.models import g_value, has_loss, loss_change, loss_grad, math_of
 from solvers.kernels import cpu
@@ -157,22 +156,6 @@ def _point(buf, w, j):
     for r in range(w.shape[0]):
         x += w[r] * buf[r + 1, j]
     return x
-
-
-def applies_to(D, theta, work, m):
-    """Whether the passes over the working set ``work`` (m samples) are a map Anderson extrapolates:
-    coordinate descent, or a loss's Newton passes that go coordinate by coordinate."""
-    if not has_loss(theta):
-        return True
-    return not cpu.hessian_pass(work.shape[0], work_entries(D, work), m, is_csr(D))
-
-
-@overload(applies_to)
-def _applies_to_for(D, theta, work, m):
-    if math_of(theta).loss is None:
-        return lambda D, theta, work, m: True
-    sparse = is_csr(D)
-    return lambda D, theta, work, m: not cpu.hessian_pass(work.shape[0], work_entries(D, work), m, sparse)
 
 
 def extrapolate(D, active, a, z, off, mu, c, b, theta, buf, state):

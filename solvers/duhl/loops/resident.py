@@ -14,9 +14,11 @@ would cost more than its epochs on small problems. One compiled call runs many r
   of them; the first round visits all, except for the Lasso, whose working set grows as celer's
   and skglm's do: its non-zero coordinates and the largest gaps of the rest, twice as many as
   non-zeros (at least WS_LEAST), from the gaps at 0 on;
-- a round is ``local_epochs`` epochs' worth of updates over the working set, in a fresh random
-  order per pass (with Anderson extrapolation, :mod:`solvers.duhl.accel.anderson`, one order per
-  window of the K + 1 passes it extrapolates from); rounds repeat until the working set's own gap
+- a round is ``local_epochs`` epochs' worth of updates over the working set (at most
+  MAX_PASSES_PER_ROUND passes; NEWTON_PASSES where each pass is a Newton step from the working
+  set's Hessian, a loss's over few coordinates), in a fresh random order per pass (with Anderson
+  extrapolation, :mod:`solvers.duhl.accel.anderson`, one order per window of the K + 1 passes it
+  extrapolates from, except for those Newton steps); rounds repeat until the working set's own gap
   (|W| dot products: cheap) is at most ``inner`` times the last global gap, then the next global
   pass certifies;
 - covariance updates (the Lasso family, :mod:`solvers.duhl.accel.gram`): once the certificates'
@@ -34,7 +36,7 @@ from typing import NamedTuple
 import numpy as np
 
 from solvers.duhl.budget import update_budget
-from solvers.duhl.accel.anderson import applies_to, extrapolate, extrapolate_gram
+from solvers.duhl.accel.anderson import extrapolate, extrapolate_gram
 from solvers.duhl.accel.gram import COV_ROUNDS, catch_up, gram_cost, gram_epoch, gram_fits, gram_matrix, gram_pays, \
     work_entries
 from solvers.duhl.gaps.memory import proven
@@ -45,10 +47,11 @@ from solvers.glm.certificates import certificate, rescaled_fy_gap
 from solvers.glm.models import coord_gap, shrink_cut
 from solvers.kernels import cpu
 from solvers.kernels.cache import compiled
-from solvers.kernels.layouts import epoch, gaps_of
+from solvers.kernels.layouts import epoch, gaps_of, hessian_steps
 
 WS_LEAST = 100  # the Lasso's smallest working set (celer's and skglm's p0 is 10: 100 measured faster)
 INNER = 0.3  # a global pass once the working set's gap is this share of the last global gap
+NEWTON_PASSES = 4  # a round's passes where each is a Newton step from the working set's Hessian: a few converge it
 
 STATE = np.dtype([
     ("updates", np.float64),    # coordinate updates
@@ -366,7 +369,10 @@ def run_resident_slice(D, a, z, off, form, cfg, st, buf, history, iterates, acce
                     extrapolate_gram(G, active, a, dots, c, theta, accel, accel_state, buf.out_g)
             catch_up(D, work[:n_work], a, a_ref, z, c)
             passes = 0
-        extrapolating = passes > 0 and accel.shape[0] > 1 and applies_to(D, theta, active, z.shape[0])
+        newton = passes > 0 and hessian_steps(D, theta, active, z.shape[0])
+        if newton:
+            passes = min(passes, cfg.local_epochs * NEWTON_PASSES)
+        extrapolating = passes > 0 and accel.shape[0] > 1 and not newton  # (Newton steps: a fresh order each)
         for _ in range(passes):
             left = int(cfg.max_updates - st.updates)  # the epoch budget: a last pass cut short
             if left <= 0:
