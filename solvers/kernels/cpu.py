@@ -606,19 +606,36 @@ def _hessian_step(indptr, indices, data, coords, order, a, z, margins, theta, en
 
 
 @compiled(**_SPARSE)
-def _full_pass(indptr, indices, data, coords, order, a, z, margins, theta):
-    """:func:`newton_pass_sparse` with the model started at every sample: each sample's model
-    gradient, curvature and margin step side by side in one 32-byte row of ``S``, so a coordinate's
-    scattered reads and writes touch one cache line a sample, not three (faster than the three
-    arrays, and than two lines a sample with dm apart: the design page, primal classifiers). z
-    is the gradient at the pass's start until the line search, which sets it at every sample."""
+def newton_pass_sparse(indptr, indices, data, coords, order, a, z, off, mu, sqnorm, c, theta):
+    """Same as :func:`newton_pass_dense` for a CSR matrix of coordinates. A pass whose entries are
+    at least as many as the samples starts the model at every sample; a smaller one (a working
+    set of a few sparse features) only at those it touches, as it meets them."""
     m = z.shape[0]
     n = order.shape[0]
+    margins = off[1:]
+    entries = 0
+    for jj in range(n):
+        entries += indptr[order[jj] + 1] - indptr[order[jj]]
+    if hessian_pass(n, entries, m, True) and _hessian_step(indptr, indices, data, coords, order, a, z, margins, theta, entries, m):
+        return n
+    # a sample's model gradient, curvature and margin step side by side in one 32-byte row of S:
+    # a coordinate's scattered reads and writes then touch one cache line a sample, not three (the
+    # design page, primal classifiers). A pass with fewer entries than samples (a working set of a
+    # few sparse features) starts the model only at the samples it touches, as it meets them.
+    lazy = entries < m
     S = np.empty((m, 4))
-    for k in range(m):
-        S[k, 0] = z[k]
-        S[k, 1] = loss_curvature(theta, z[k])
-        S[k, 2] = 0.0
+    touched = np.empty(m, np.int64)
+    if lazy:
+        seen = np.zeros(m, np.bool_)
+        n_touched = 0
+    else:
+        seen = np.ones(1, np.bool_)
+        for k in range(m):
+            touched[k] = k
+            S[k, 0] = z[k]
+            S[k, 1] = loss_curvature(theta, z[k])
+            S[k, 2] = 0.0
+        n_touched = m
     a0 = np.empty(n)
     moved = False
     for jj in range(n):
@@ -630,6 +647,13 @@ def _full_pass(indptr, indices, data, coords, order, a, z, margins, theta):
         H = 0.0
         for e in range(hi - lo):
             k = np.uint64(ind[e])
+            if lazy and not seen[k]:
+                seen[k] = True
+                touched[n_touched] = k
+                n_touched += 1
+                S[k, 0] = z[k]
+                S[k, 1] = loss_curvature(theta, z[k])
+                S[k, 2] = 0.0
             x = val[e]
             G += x * S[k, 0]
             H += x * x * S[k, 1]
@@ -645,70 +669,12 @@ def _full_pass(indptr, indices, data, coords, order, a, z, margins, theta):
                 S[k, 2] += xd
                 S[k, 0] += S[k, 1] * xd
             a[i] = x_new
-    if moved:
+    if moved:  # z is still the gradient at the pass's start: the line search's u0, and it sets z
         dm = np.empty(m)
-        for k in range(m):
+        for t in range(n_touched):
+            k = touched[t]
             dm[k] = S[k, 2]
-        _line_search(coords, order, a, a0, z, z, dm, margins, theta, np.arange(m), m, np.empty(m))
-
-
-@compiled(**_SPARSE)
-def newton_pass_sparse(indptr, indices, data, coords, order, a, z, off, mu, sqnorm, c, theta):
-    """Same as :func:`newton_pass_dense` for a CSR matrix of coordinates. A pass whose entries are
-    at least as many as the samples starts the model at every sample (:func:`_full_pass`); a
-    smaller one (a working set of a few sparse features) only at those it touches, as it meets them."""
-    m = z.shape[0]
-    n = order.shape[0]
-    margins = off[1:]
-    entries = 0
-    for jj in range(n):
-        entries += indptr[order[jj] + 1] - indptr[order[jj]]
-    if hessian_pass(n, entries, m, True) and _hessian_step(indptr, indices, data, coords, order, a, z, margins, theta, entries, m):
-        return n
-    if entries >= m:
-        _full_pass(indptr, indices, data, coords, order, a, z, margins, theta)
-        return n
-    touched = np.empty(m, np.int64)
-    u0 = np.empty(m)
-    h = np.empty(m)
-    dm = np.empty(m)
-    seen = np.zeros(m, np.bool_)
-    n_touched = 0
-    a0 = np.empty(n)
-    moved = False
-    for jj in range(n):
-        j = order[jj]
-        i = coords[j]
-        lo, hi = indptr[j], indptr[j + 1]
-        ind, val = indices[lo:hi], data[lo:hi]
-        G = 0.0
-        H = 0.0
-        for e in range(hi - lo):
-            k = np.uint64(ind[e])
-            if not seen[k]:
-                seen[k] = True
-                touched[n_touched] = k
-                n_touched += 1
-                u0[k] = z[k]
-                h[k] = loss_curvature(theta, z[k])
-                dm[k] = 0.0
-            x = val[e]
-            G += x * z[k]
-            H += x * x * h[k]
-        ai = a[i]
-        a0[jj] = ai
-        x_new = coord_update(theta, ai, G, max(H, H_FLOOR))
-        d = x_new - ai
-        if d != 0.0:
-            moved = True
-            for e in range(hi - lo):
-                k = np.uint64(ind[e])
-                xd = val[e] * d
-                dm[k] += xd
-                z[k] += h[k] * xd
-            a[i] = x_new
-    if moved:
-        _line_search(coords, order, a, a0, z, u0, dm, margins, theta, touched, n_touched, np.empty(m))
+        _line_search(coords, order, a, a0, z, z, dm, margins, theta, touched, n_touched, np.empty(m))
     return n
 
 
