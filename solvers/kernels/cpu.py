@@ -618,10 +618,8 @@ def newton_pass_sparse(indptr, indices, data, coords, order, a, z, off, mu, sqno
         entries += indptr[order[jj] + 1] - indptr[order[jj]]
     if hessian_pass(n, entries, m, True) and _hessian_step(indptr, indices, data, coords, order, a, z, margins, theta, entries, m):
         return n
-    # a sample's model gradient, curvature and margin step side by side in one 32-byte row of S:
-    # a coordinate's scattered reads and writes then touch one cache line a sample, not three (the
-    # design page, primal classifiers). A pass with fewer entries than samples (a working set of a
-    # few sparse features) starts the model only at the samples it touches, as it meets them.
+    # a sample's model gradient, curvature and margin step in one 32-byte row of S: a coordinate's
+    # scattered reads and writes touch one cache line a sample, not three (design page: primal)
     lazy = entries < m
     S = np.empty((m, 4))
     touched = np.empty(m, np.int64)
