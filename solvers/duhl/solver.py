@@ -147,8 +147,9 @@ class DuHL:
         family; the classifiers in the primal, over working sets their Newton passes go
         through coordinate by coordinate): every 5 passes over the working set try the
         Anderson extrapolation of the last 6 iterates, kept only where it lowers the
-        objective, the coordinate order drawn once per 6 passes (solvers.duhl.accel.anderson). "auto": on where it applies; True:
-        the same, with a note where it does not apply; False: off.
+        objective, the coordinate order drawn once per 6 passes (solvers.duhl.accel.anderson).
+        "auto": on where it applies; True: the same, with a note where it does not apply;
+        False: off.
     gram : "auto" or bool
         Covariance updates for the Lasso family in RAM on the CPU whose Gram matrix X^T X takes
         at most the data's bytes (solvers.duhl.accel.gram): "auto" where they pay (all data
