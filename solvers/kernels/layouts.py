@@ -4,7 +4,7 @@ matching kernel of :mod:`solvers.kernels.cpu` into it."""
 
 from numba.extending import overload
 
-from solvers.glm.models import has_loss, math_of
+from solvers.glm.models import math_of
 from solvers.kernels import cpu
 
 
@@ -34,12 +34,6 @@ def hessian_steps(D, theta, work, m):
     """Whether epochs over the rows ``work`` of D (m samples) are Newton steps from their Hessian (a
     loss's pass over few coordinates, :func:`solvers.kernels.cpu.hessian_pass`), not coordinate by
     coordinate."""
-    if not has_loss(theta):
-        return False
-    total = 0
-    for i in work:
-        total += entries(D, i)
-    return cpu.hessian_pass(len(work), total, m, is_csr(D))
 
 
 @overload(epoch)
