@@ -25,7 +25,7 @@ from sklearn.utils.validation import check_array, check_consistent_length
 
 from solvers.glm.certificates import certificate, data_value, form_certificate, residual_stats, tight_l1
 from solvers.glm.checks import check_params
-from solvers.glm.models import get_model, has_loss
+from solvers.glm.models import get_model, has_loss, quadratic_majorant
 from solvers.kernels import cpu
 
 
@@ -61,6 +61,13 @@ class Problem:
     def loss(self):
         """Whether the data term is a loss of the margins (a classifier in the primal)."""
         return has_loss(self.theta)
+
+    @property
+    def step_curvature(self):
+        """The data term's curvature bound along coordinate i over ||A_i - mu_i||^2: c, times the
+        loss's smoothness for a classifier in the primal (what a coordinate's proximal step divides
+        by, :func:`solvers.glm.models.reach_gap`)."""
+        return self.c * (quadratic_majorant(self.theta)[0] if self.loss else 1.0)
 
     @property
     def n_coords(self):

@@ -1,5 +1,10 @@
 """DuHL's gap block: the coordinates with the largest gaps whose data fits the budget.
 
+What it ranks (:func:`block_keys`): each coordinate's gap, where g is made finite by a bounded
+support (the Lasso, L1 classifiers in the primal) with that support shrunk to the coordinate's
+reach (:func:`solvers.glm.models.reach_gap`), so that a coordinate's rank follows what its step can
+gain rather than the bound P(0)/l1 times its violation.
+
 The specification (:func:`gap_block_spec`): the longest prefix of ``np.lexsort((~resident,
 -gaps))`` (largest gap first, NaN last, resident first on ties, then by index) whose bytes fit
 the budget. A set is all a block needs (epochs and gap sums visit it in coordinate order), so
@@ -19,6 +24,7 @@ the budget. A set is all a block needs (epochs and gap sums visit it in coordina
 import numpy as np
 from numba.cpython.unsafe.numbers import leading_zeros
 
+from solvers.glm.models import has_reach, reach_gap
 from solvers.kernels.cache import compiled
 from solvers.kernels.cpu import copy_to
 
@@ -26,6 +32,28 @@ MAX_BITS = 12       # a radix level's histogram has at most 2^MAX_BITS buckets .
 MIN_LEVEL_BITS = 5  # ... and at least 2^MIN_LEVEL_BITS (a histogram costs its size)
 SORTED = 8          # candidates sorted (an insertion sort) rather than split further
 ZERO_KEY = np.uint64(1 << 63)  # the key of a gap of 0
+
+
+@compiled
+def block_keys(theta, gaps, a, s, sqnorm, curv, tol_abs, out):
+    """What the gap block ranks: ``out``, each positive gap as its reach gap at L = curv * sqnorm[i]
+    (from the coordinate's a and s, which the gap memory keeps with its gap), the others (0: proven,
+    NaN: unknown) as they are. ``gaps`` itself for a model without a bounded support, and once the
+    reach gaps sum to at most ``tol_abs``: the steps have little left to gain, and what is left of
+    the gap is the bounded support's violations, which only the gaps rank (a violation of e at 0
+    has the reach gap e^2 / L, under the block's round-off long before its gap, P(0)/l1 e, meets
+    the target)."""
+    if not has_reach(theta):
+        return gaps
+    total = 0.0
+    for i in range(gaps.shape[0]):
+        g = gaps[i]
+        if g > 0.0:
+            out[i] = reach_gap(theta, a[i], s[i], curv * sqnorm[i])
+            total += max(out[i], 0.0)
+        else:
+            out[i] = g
+    return out if total > tol_abs else gaps
 
 
 def gap_block_spec(gaps, resident, coord_bytes, budget):

@@ -40,6 +40,7 @@ from typing import Any, Optional
 import numpy as np
 
 from solvers.duhl.budget import update_budget
+from solvers.duhl.block.gap_block import block_keys
 from solvers.duhl.block.policies import Policy, child, stream
 from solvers.duhl.gaps.memory import GapMemory, RefreshPlan, dual_step
 from solvers.duhl.gaps.schedule import GapSchedule
@@ -217,6 +218,17 @@ def solve_python(solver, problem, rset, a, z, off, rng, trace, t0, iterates, car
     snapshot = (np.empty_like(a), np.empty_like(z), np.empty_like(off))  # a round's start state, for the host
     active = None                        # the coordinates visited (shrinking), None: all resident
     share = shrink_cut(problem.theta)    # shrinking's cut, a share of the mean gap (0: gap 0 only)
+    rank = None if on_disk else np.empty(n)  # (on disk the block ranks the gaps: keys below)
+
+    def keys():
+        """What the gap block ranks (solvers.duhl.block.gap_block.block_keys); the gaps themselves with
+        the data on disk, whose stale gaps only a certificate or the refresh plan reads: there the
+        support's bound P(0)/l1 brings a coordinate with a stale violation into the block, where it is
+        read fresh (docs/explanation/design-decisions/round-loop.md, "What the block ranks")."""
+        if on_disk:
+            return memory.gaps
+        return block_keys(problem.theta, memory.gaps, a, memory.s, problem.sqnorm, problem.step_curvature, tol_abs,
+                          rank)
 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="duhl-host") as host:
         while status is None:
@@ -229,9 +241,10 @@ def solve_python(solver, problem, rset, a, z, off, rng, trace, t0, iterates, car
                     status = "converged"
                     break
             if rnd == 0 or not resident.all():  # all resident: nothing left to choose
-                chosen = policy.select(memory.gaps, resident)
+                ranked = keys()
+                chosen = policy.select(ranked, resident)
                 if ram_rows:  # a GPU under a RAM tier: the RAM set first, the block is a subset of it
-                    problem.A.hold(ram_choice(chosen, memory.gaps, ram_rows))
+                    problem.A.hold(ram_choice(chosen, ranked, ram_rows))
                 swaps += rset.assign(chosen)
                 resident[:] = False
                 resident[chosen] = True
@@ -265,7 +278,7 @@ def solve_python(solver, problem, rset, a, z, off, rng, trace, t0, iterates, car
                 np.copyto(kept, now)
             # what the next swap will likely bring in travels while the device computes (read
             # before the host's refresh writes the memory: the gaps as the round found them)
-            upcoming = (policy.peek(memory.gaps, resident, rset.staging_bytes)
+            upcoming = (policy.peek(keys(), resident, rset.staging_bytes)
                         if rset.staging_bytes and not whole else None)
             if beside:  # the host writes the memory while the device runs: nothing reads it meanwhile
                 stale, exact, todo = refresh_plan(rnd)

@@ -33,7 +33,7 @@ from solvers.duhl.accel import gram as gram_settings
 from solvers.duhl.accel.gram import (GRAM_AT_ONCE, gram_after, gram_block_end, gram_cost, gram_epoch, gram_fits,
                                      gram_matrix, gram_pays, rows_every, stale_entries)
 from solvers.duhl.budget import update_budget
-from solvers.duhl.block.gap_block import gap_block
+from solvers.duhl.block.gap_block import block_keys, gap_block
 from solvers.duhl.block.policies import child, stream
 from solvers.duhl.gaps.memory import (certified, certify_due, dual_step, new_plan, plan_refresh, proven)
 from solvers.duhl.gaps.schedule import rounds_left
@@ -103,6 +103,7 @@ class Settings(NamedTuple):
     first: bool         # the stale gaps refreshed before the selection, else after it
     proving: bool       # the gap memory's proofs
     centred: bool       # an intercept: u moves by its mean too
+    curv: float         # Problem.step_curvature (the gap block's keys)
 
 
 class Buffers(NamedTuple):
@@ -139,6 +140,7 @@ class Buffers(NamedTuple):
     t_gram: np.ndarray
     everyone: np.ndarray
     zero_off: np.ndarray
+    rank: np.ndarray             # the gap block's keys
 
 
 # ------------------------------------------------------------------- the block's buffer ---
@@ -431,7 +433,8 @@ def run_swap_slice(A, B, coord_bytes, a, z, off, form, cfg, st, buf, plan, gram,
         # the block: ``keep`` its mask; held: the block that stayed (block[:m] and the buffers as they were)
         m_was = st.m
         if cfg.policy == GAP:
-            k, held = gap_block(gaps, resident, coord_bytes, cfg.budget, keep, buf.chosen, buf.keys, buf.cand)
+            keys = block_keys(theta, gaps, a, s, sqnorm, cfg.curv, cfg.tol_abs, buf.rank)
+            k, held = gap_block(keys, resident, coord_bytes, cfg.budget, keep, buf.chosen, buf.keys, buf.cand)
             if held and m_was < 0:  # (no block listed yet: the mask from the residents)
                 cpu.copy_to(resident, keep)
                 held = False
@@ -580,7 +583,7 @@ def _buffers(problem, rset, z, rng, selection, proving):
                    np.zeros(n, dtype=np.bool_), np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64),
                    np.empty(n, dtype=np.int64), np.empty(row_coord.shape[0], dtype=np.int64),
                    np.empty(n, dtype=np.int64), np.empty(n, dtype=np.uint64), np.empty(n, dtype=np.int64),
-                   np.empty(n), np.empty(n), np.empty(n), np.arange(n), np.zeros(1))
+                   np.empty(n), np.empty(n), np.empty(n), np.arange(n), np.zeros(1), np.empty(n))
 
 
 def solve_swap(solver, problem, rset, a, z, off, rng, trace, t0, iterates):
@@ -614,7 +617,8 @@ def solve_swap(solver, problem, rset, a, z, off, rng, trace, t0, iterates):
     proving = bool(not at_once and solver.refresh == "auto" and proofs_on and problem.model.zero_gap is not None)
     cfg = Settings(int(rset.capacity_bytes), POLICIES[solver.selection], tol_abs, update_budget(solver.max_epochs, n),
                    round_epochs(solver.local_epochs, model=problem.name), MAX_PASSES_PER_ROUND, bool(solver.shrinking),
-                   refresh_first(solver.device, problem), proving, bool(np.any(problem.mu)))
+                   refresh_first(solver.device, problem), proving, bool(np.any(problem.mu)),
+                   problem.step_curvature)
     buf = _buffers(problem, rset, z, rng, solver.selection, proving)
     st = np.zeros(1, dtype=STATE).view(np.recarray)[0]
     st.dual_best, st.known, st.m = -np.inf, NONE_KNOWN, -1

@@ -34,7 +34,8 @@ The kernels see a model only through ``theta``, a NamedTuple of its kernel
 parameters (named: ``theta.l1``, ``theta.C``), and four scalar functions that
 dispatch on theta's type: :func:`g_value`, :func:`g_conj`, :func:`coord_gap`,
 :func:`coord_update` (and :func:`shrink_cut`, a constant: how the all-resident
-working set leaves out small gaps; :func:`zero_interval`: where a gap is exactly 0).
+working set leaves out small gaps; :func:`zero_interval`: where a gap is exactly 0;
+:func:`reach_gap`: the gap DuHL's block ranks by).
 A model with a non-quadratic data term adds the scalar functions of its
 :class:`Loss` (:func:`loss_value`, :func:`loss_grad`, :func:`loss_curvature`,
 :func:`loss_change`, :func:`loss_conj`, :func:`loss_change_bound`, :func:`loss_grad_step`). In Python they look the entry up; under Numba (CPU and
@@ -120,6 +121,18 @@ def zero_interval(theta, a):
     for a model without one."""
     fn = math_of(theta).zero_interval
     return (math.inf, -math.inf) if fn is None else fn(theta, a)
+
+
+def has_reach(theta) -> bool:
+    """Whether the model's g has a bounded support that :func:`reach_gap` shrinks."""
+    return math_of(theta).reach_gap is not None
+
+
+def reach_gap(theta, a, s, L):
+    """The coordinate gap with g's bounded support shrunk to the coordinate's reach, |a| plus its
+    proximal step at curvature L (Math.reach_gap); the gap itself for a model without one."""
+    fn = math_of(theta).reach_gap
+    return coord_gap(theta, a, s) if fn is None else fn(theta, a, s, L)
 
 
 def has_loss(theta) -> bool:
@@ -226,6 +239,21 @@ def _loss_for_numba(theta):
         return _loss_of(theta)
     except TypeError as error:
         raise TypingError(str(error)) from None
+
+
+@overload(has_reach)
+def _has_reach(theta):
+    flag = _math_for_numba(theta).reach_gap is not None
+    return lambda theta: flag
+
+
+@overload(reach_gap)
+def _reach_gap(theta, a, s, L):
+    fn = _math_for_numba(theta).reach_gap
+    if fn is None:
+        gap = _math_for_numba(theta).gap
+        return lambda theta, a, s, L: gap(theta, a, s)
+    return fn
 
 
 @overload(has_loss)

@@ -75,6 +75,12 @@ class Math:
     shrinking drops those); > 0 where no gap is ever 0 but few hold nearly all of it
     (logistic: a_i ~ C exp(-margin) is never at a bound).
 
+    ``reach_gap(theta, a, s, L)`` (optional, for a g made finite by a bounded support): the
+    coordinate gap with that support shrunk to the coordinate's reach, |a| plus its proximal step
+    (the violation over L, the coordinate's curvature bound). It is what DuHL's gap block ranks
+    by: the support's bound P(0)/l1 makes a small violation at 0 outweigh every other gap, though
+    its step moves little.
+
     ``zero_interval(theta, a)`` (optional): the interval (lo, hi) of s on which the
     coordinate gap at ``a`` is exactly 0 (lo > hi: none), the compiled scalar twin of
     ``Model.zero_gap``: what lets a gap pass prove a gap 0 without the coordinate's data.
@@ -93,6 +99,7 @@ class Math:
     update: Callable
     shrink_cut: float = 0.0
     zero_interval: Optional[Callable] = None
+    reach_gap: Optional[Callable] = None
     loss: Optional[Loss] = None  # None: the quadratic data term f(v) = c/2 ||v - b||^2
     penalty: Optional[Callable] = None
 

@@ -63,7 +63,24 @@ def _zero_interval(theta, a):
     return math.inf, -math.inf
 
 
-ENET = Math(ElasticNetTheta, _g, _conj, _gap, _update, zero_interval=_zero_interval)
+@register_jitable
+def _reach_gap(theta, a, s, L):
+    if theta.l2 > 0.0 or not L > 0.0:  # g* finite without a bound (or a column of zeros): the gap
+        return _gap(theta, a, s)
+    # a s + l1 |a| written without its cancellation near the optimum (s -> -l1 sign(a)), so that a
+    # coordinate at its optimum ranks at 0 or above, never under the zeros by a rounding
+    toward = a * s <= 0.0
+    excess = abs(s) - theta.l1
+    base = abs(a) * (theta.l1 - abs(s) if toward else theta.l1 + abs(s))
+    if excess <= 0.0:
+        return base
+    reach = abs(a) + excess / L
+    if toward:  # base + reach excess, with base = -|a| excess
+        return excess * excess / L if reach <= theta.bound else (theta.bound - abs(a)) * excess
+    return base + min(reach, theta.bound) * excess
+
+
+ENET = Math(ElasticNetTheta, _g, _conj, _gap, _update, zero_interval=_zero_interval, reach_gap=_reach_gap)
 
 
 def _lasso_theta(p, P0):

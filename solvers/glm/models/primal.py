@@ -157,9 +157,11 @@ def _enet_penalty(theta):
 
 
 PRIMAL_LOGISTIC = Math(LogisticPrimalTheta, ENET.g, ENET.g_conj, ENET.gap, ENET.update,
-                       zero_interval=ENET.zero_interval, loss=LOGISTIC_LOSS, penalty=_enet_penalty)
+                       zero_interval=ENET.zero_interval, reach_gap=ENET.reach_gap,
+                       loss=LOGISTIC_LOSS, penalty=_enet_penalty)
 PRIMAL_SQHINGE = Math(SquaredHingePrimalTheta, ENET.g, ENET.g_conj, ENET.gap, ENET.update,
-                      zero_interval=ENET.zero_interval, loss=SQHINGE_LOSS, penalty=_enet_penalty)
+                      zero_interval=ENET.zero_interval, reach_gap=ENET.reach_gap,
+                      loss=SQHINGE_LOSS, penalty=_enet_penalty)
 
 
 def _penalty(l1, l2, P0):

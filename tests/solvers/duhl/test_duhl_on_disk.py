@@ -73,8 +73,9 @@ def test_same_iterates_as_the_same_block_in_ram(store, monkeypatch):
     """With every gap refreshed each round, the disk tier only changes where the block's
     rows come from: the iterates equal the in-memory run's with the same block budget (and
     the same round: the stale gaps refreshed beside it, as on disk, not before the selection
-    as the Lasso's in RAM)."""
+    as the Lasso's in RAM; the block ranked by the gaps, as on disk, not by the reach gaps)."""
     monkeypatch.setattr(python_loop, "refresh_first", lambda device, problem: False)
+    monkeypatch.setattr(python_loop, "block_keys", lambda theta, gaps, *rest: gaps)
     path, X, y = store
     alpha = alpha_of(X, y)
     on_disk = make_problem_on_disk("lasso", OnDisk(path), y, alpha=alpha, fit_intercept=False)

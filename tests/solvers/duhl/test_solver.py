@@ -423,9 +423,12 @@ def test_an_int_or_float_max_epochs_compiles_one_all_resident_loop(case_factory)
 def test_the_lasso_familys_blocks_come_from_the_start_states_gaps(case_factory, model, sparse, monkeypatch):
     """On the CPU in RAM the Lasso family's rounds refresh the stale gaps before the selection
     (swaps.refresh_first): with refresh "all" each round's block is the gap policy's block (np.lexsort's
-    prefix: largest gap first, resident first on ties, that fits the budget) of the exact gaps at its start
-    state, the row before it (but where gaps tie up to rounding). The dual (hinge) keeps the refresh beside the round: its blocks come from
-    gaps a round older, and some differ."""
+    prefix: largest key first, resident first on ties, that fits the budget) of the exact gaps at its start
+    state, the row before it (but where keys tie up to rounding). The Lasso's keys are its reach gaps,
+    written out here: the gap with the support's bound P(0)/alpha shrunk to |a| plus the proximal step,
+    (|s| - alpha)_+ / (c ||A_i - mu_i||^2); the gaps themselves once those sum to at most the target, and
+    for the elastic net (g* finite). The dual (hinge) keeps the refresh beside the round: its blocks come
+    from gaps a round older, and some differ."""
     case = case_factory(model, sparse, np.float64)
     problem = make_problem(go.PROBLEM_NAME[case.model], case.X, case.y, **case.params)
     spy = Spy(monkeypatch)
@@ -437,7 +440,14 @@ def test_the_lasso_familys_blocks_come_from_the_start_states_gaps(case_factory, 
     for r in range(1, len(spy.assigned)):  # the row r - 1... row r: the start state of round r + 1
         a = res.iterates[r]
         z, off = problem.state_from(a)
-        gaps = problem.coordinate_gaps(a, z, off)
+        gaps, s = problem.coordinate_gaps(a, z, off, with_s=True)
+        if model == "lasso":
+            l1, bound = problem.theta.l1, problem.theta.bound
+            excess = np.maximum(np.abs(s) - l1, 0.0)
+            reach = np.minimum(np.abs(a) + excess / (problem.c * problem.sqnorm), bound)
+            keys = np.where(gaps > 0, np.where(excess > 0, a * s + l1 * np.abs(a) + reach * excess, gaps), gaps)
+            if np.maximum(keys, 0.0).sum() > 1e-9 * problem.P0:
+                gaps = keys
         resident = np.zeros(problem.n_coords, dtype=bool)
         resident[spy.assigned[r - 1]] = True
         order = np.lexsort((~resident, -gaps))

@@ -54,7 +54,7 @@ def test_same_iterates_bytes_and_swaps_as_the_python_loop(case_factory, model, s
         (cc.n_rounds, cc.bytes_h2d, cc.prefetch_hits, cc.bytes_prefetched)
     assert py.gap == cc.gap and py.primal == cc.primal
     assert cc.epochs <= py.epochs <= cc.epochs + 0.3 * 16 + 1e-9   # one discarded round at most
-    assert cc.bytes_h2d > int(problem.coord_bytes.sum())            # blocks were swapped
+    assert cc.bytes_h2d > 2 * 0.3 * int(problem.coord_bytes.sum())  # blocks were swapped: twice the first fill
     assert cc.trace.time_s.is_monotonic_increasing
 
 
