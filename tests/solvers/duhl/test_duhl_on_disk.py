@@ -88,6 +88,23 @@ def test_same_iterates_as_the_same_block_in_ram(store, monkeypatch):
     np.testing.assert_allclose(r_disk.a, r_ram.a, rtol=0, atol=1e-12)
 
 
+def test_on_disk_the_block_ranks_the_gaps_and_in_ram_their_reach(store, monkeypatch):
+    """With the data on disk the block ranks the gap memory itself (its stale violations, weighted by
+    the support's bound, are what brings them back to be read fresh); the same Lasso in RAM on the
+    same loop ranks the reach gaps (round-loop design page, "What the block ranks")."""
+    path, X, y = store
+    called = []
+    real = python_loop.block_keys
+    monkeypatch.setattr(python_loop, "block_keys", lambda *args: called.append(1) or real(*args))
+    alpha = alpha_of(X, y)
+    on_disk = make_problem_on_disk("lasso", OnDisk(path), y, alpha=alpha, fit_intercept=False)
+    r_disk = DuHL(host_budget=0.3, tol=1e-9, random_state=0).solve(on_disk)
+    assert r_disk.converged and r_disk.n_rounds > 1 and not called
+    r_ram = DuHL(memory_budget=0.3, loop="python", tol=1e-9, random_state=0).solve(
+        make_problem("lasso", X, y, alpha=alpha, fit_intercept=False))
+    assert r_ram.converged and r_ram.n_rounds > 1 and called
+
+
 def test_ram_for_data_stays_within_host_budget_and_the_page_cache_empty(store, monkeypatch):
     path, X, y = store
     drop_cache(path)
