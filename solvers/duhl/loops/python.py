@@ -219,6 +219,7 @@ def solve_python(solver, problem, rset, a, z, off, rng, trace, t0, iterates, car
     active = None                        # the coordinates visited (shrinking), None: all resident
     share = shrink_cut(problem.theta)    # shrinking's cut, a share of the mean gap (0: gap 0 only)
     rank = None if on_disk else np.empty(n)  # (on disk the block ranks the gaps: keys below)
+    curv = problem.step_curvature
 
     def keys():
         """What the gap block ranks (solvers.duhl.block.gap_block.block_keys); the gaps themselves with
@@ -227,8 +228,7 @@ def solve_python(solver, problem, rset, a, z, off, rng, trace, t0, iterates, car
         read fresh (docs/explanation/design-decisions/round-loop.md, "What the block ranks")."""
         if on_disk:
             return memory.gaps
-        return block_keys(problem.theta, memory.gaps, a, memory.s, problem.sqnorm, problem.step_curvature, tol_abs,
-                          rank)
+        return block_keys(problem.theta, memory.gaps, a, memory.s, problem.sqnorm, curv, tol_abs, rank)
 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="duhl-host") as host:
         while status is None:
@@ -278,7 +278,7 @@ def solve_python(solver, problem, rset, a, z, off, rng, trace, t0, iterates, car
                 np.copyto(kept, now)
             # what the next swap will likely bring in travels while the device computes (read
             # before the host's refresh writes the memory: the gaps as the round found them)
-            upcoming = (policy.peek(keys(), resident, rset.staging_bytes)
+            upcoming = (policy.peek(ranked, resident, rset.staging_bytes)  # (the keys this round's block was chosen by)
                         if rset.staging_bytes and not whole else None)
             if beside:  # the host writes the memory while the device runs: nothing reads it meanwhile
                 stale, exact, todo = refresh_plan(rnd)

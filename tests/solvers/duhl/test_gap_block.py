@@ -153,7 +153,7 @@ def test_reach_gap_is_the_gap_on_the_coordinates_reach(theta_of):
 
 def test_block_keys_rank_reach_gaps_and_leave_other_models_gaps_alone():
     from solvers.duhl.block.gap_block import block_keys
-    from solvers.glm.models import ElasticNetTheta, SVMTheta, reach_gap
+    from solvers.glm.models import ElasticNetTheta, SVMTheta
 
     gaps = np.array([3.0, 0.0, np.nan, 600.0, 2.5])
     a = np.array([1.0, 0.0, 0.0, 0.0, 0.2])
@@ -165,7 +165,7 @@ def test_block_keys_rank_reach_gaps_and_leave_other_models_gaps_alone():
     assert keys is out or np.shares_memory(keys, out)
     assert keys[1] == 0.0 and np.isnan(keys[2])  # proven 0 and unknown: as they are
     for i in (0, 3, 4):
-        assert keys[i] == reach_gap(theta, a[i], s[i], 0.5 * sqnorm[i])
+        assert keys[i] == pytest.approx(brute_reach_gap(0.5, a[i], s[i], 0.5 * sqnorm[i], 2000.0), abs=1e-9)
     # coordinate 3 sits at 0 with the largest gap (the bound times its violation 0.3); by its reach it
     # ranks below the others: 0.3^2 / L, against 0.2 (no violation) and 0.9 (a violation of 1.5)
     assert keys[3] == pytest.approx(0.3 ** 2 / 2.0) and keys[3] < keys[0] < keys[4]
