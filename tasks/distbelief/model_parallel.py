@@ -32,6 +32,7 @@ import pandas as pd
 
 from solvers.distbelief.partitions import Partitioning
 from solvers.glm.checks import Either, Integer, Options, check_params
+from tasks.cluster import scheduler_lost
 from tasks.distbelief.common import DataSpec, DistBeliefResult, build_model, eval_rows, live_workers, rows_ref
 from tasks.distbelief.param_server import TIMEOUT_S, ParamShard
 from tasks.distbelief.partition import Inbox, partition_loop
@@ -298,7 +299,10 @@ def run_model_parallel(client, spec: DataSpec, model_cfg: Mapping[str, Any], *, 
                 status = "max_time"
     finally:
         ends = [end for rep in replicas for end in stop_replica(rep, timeout)]
-        client.run(_resume_profiler, workers=[w for w, was in paused.items() if was is True], on_error="ignore")
+        if not scheduler_lost(client):  # (else the run's own error stands: nothing is left to resume)
+            live = set(live_workers(client))  # a lost worker is not asked: that would wait out Dask's connect timeout
+            client.run(_resume_profiler, workers=[w for w, was in paused.items() if was is True and w in live],
+                       on_error="ignore")
     if not sent["samples"] and failures:  # every round's replicas were lost: nothing trained
         client.cancel([*shard_futures, *inputs])
         raise RuntimeError(f"no replica finished a step in {len(rows)} round(s); last: {failures[-1]['what']}")

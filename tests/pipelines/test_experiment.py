@@ -195,7 +195,7 @@ def test_cocoa_l1_end_to_end(experiment, data_cache, capsys):
     ds = load_dataset(compose_config(*overrides).data, data_cache)
     X, s = np.asarray(ds.X), labels_for("logistic", ds.y)
     sk = LogisticRegression(l1_ratio=1.0, solver="liblinear", C=0.01, fit_intercept=False, tol=1e-12,
-                            max_iter=100000).fit(X, s)
+                            max_iter=100000, random_state=0).fit(X, s)
     target = np.abs(sk.coef_).sum() + 0.01 * np.logaddexp(0, -s * (X @ sk.coef_.ravel())).sum()
     client = MlflowClient(experiment.uri)
     for name, run in arms.items():

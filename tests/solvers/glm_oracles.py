@@ -285,11 +285,11 @@ def _liblinear(model, X, y, params, scaling=1.0):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if model == "logistic":
-            est = LogisticRegression(C=params["C"], solver="liblinear", dual=True, tol=1e-12,
+            est = LogisticRegression(C=params["C"], solver="liblinear", dual=True, tol=1e-12, random_state=0,
                                      max_iter=100_000, fit_intercept=scaling is not None,
                                      intercept_scaling=scaling or 1.0)
         else:
-            est = LinearSVC(C=params["C"], loss=LOSS[model], dual=True, tol=1e-12,
+            est = LinearSVC(C=params["C"], loss=LOSS[model], dual=True, tol=1e-12, random_state=0,
                             max_iter=20_000, fit_intercept=scaling is not None,
                             intercept_scaling=scaling or 1.0)
         est.fit(X, y)

@@ -171,7 +171,7 @@ def test_l1_logistic_feature_partition_reaches_liblinear(svm_data, K, fit_interc
     p = make_problem("logistic_l1", X, y, C=C, fit_intercept=fit_intercept)
     res = CoCoA(n_parts=K, tol=1e-10, max_epochs=50000, random_state=0).solve(p)
     sk = LogisticRegression(l1_ratio=1.0, C=C, solver="liblinear", fit_intercept=fit_intercept, tol=1e-12,
-                            max_iter=100000).fit(X, y)
+                            max_iter=100000, random_state=0).fit(X, y)
     target = l1_logistic_objective(X, s, sk.coef_.ravel(), C, sk.intercept_[0] if fit_intercept else 0.0)
     assert res.converged and res.rel_gap <= 1e-10
     assert res.dual <= target * (1 + 1e-12) and res.primal <= target * (1 + 1e-9)

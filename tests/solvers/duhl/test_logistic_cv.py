@@ -28,7 +28,7 @@ def liblinear_scores(X, y, folds, penalty, dual=False):
         for k, (train, test) in enumerate(folds):
             for j, C in enumerate(CS):
                 sk = SkLogistic(l1_ratio=1.0 if penalty == "l1" else 0.0, C=C, solver="liblinear", dual=dual,
-                                tol=1e-12, max_iter=100000).fit(X[train], y[train])
+                                tol=1e-12, max_iter=100000, random_state=0).fit(X[train], y[train])
                 scores[k, j] = sk.score(X[test], y[test])
     return scores
 
@@ -49,7 +49,7 @@ def test_held_out_scores_and_the_chosen_c_are_liblinears(data, penalty, dual, sp
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         sk = SkLogistic(l1_ratio=1.0 if penalty == "l1" else 0.0, C=cv.C_[0], solver="liblinear", tol=1e-12,
-                        max_iter=100000).fit(X, y)
+                        max_iter=100000, random_state=0).fit(X, y)
     s, C = np.where(y == 1, 1.0, -1.0), cv.C_[0]
 
     def objective(w, b):  # liblinear's: the intercept a penalised feature

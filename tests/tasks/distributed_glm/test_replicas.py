@@ -99,7 +99,7 @@ def test_cocoa_l1_logistic_feature_parts_with_an_intercept_reach_liblinear(clien
     model = {"name": "logistic_l1", "C": 0.1, "fit_intercept": True, "intercept_scaling": 1.0}
     res = cocoa_on(client, dataset, model, local_epochs=2, tol=1e-9, max_epochs=20000)
     X, s = np.asarray(dataset.X), labels_for("logistic", dataset.y)
-    sk = LogisticRegression(l1_ratio=1.0, solver="liblinear", C=0.1, tol=1e-12, max_iter=100000).fit(X, s)
+    sk = LogisticRegression(l1_ratio=1.0, solver="liblinear", C=0.1, tol=1e-12, max_iter=100000, random_state=0).fit(X, s)
     w, b = sk.coef_.ravel(), sk.intercept_[0]
     target = np.abs(w).sum() + abs(b) + 0.1 * np.logaddexp(0, -s * (X @ w + b)).sum()
     assert res.converged and res.a.shape == (41,)
