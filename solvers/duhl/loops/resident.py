@@ -13,7 +13,7 @@ would cost more than its epochs on small problems. One compiled call runs many r
   bound (logistic) above a share of the mean gap (``shrink_cut``), when that leaves at most half
   of them; the first round visits all, except for the Lasso, whose working set grows as celer's
   and skglm's do: its non-zero coordinates and the largest gaps of the rest, twice as many as
-  non-zeros (at least WS_LEAST), from the gaps at 0 on;
+  all of a's non-zeros (at least WS_LEAST), from the gaps at 0 on;
 - a round is ``local_epochs`` epochs' worth of updates over the working set (at most
   MAX_PASSES_PER_ROUND passes; NEWTON_PASSES where each pass is a Newton step from the working
   set's Hessian, a loss's over few coordinates), in a fresh random order per pass (with Anderson
@@ -110,14 +110,20 @@ class Buffers(NamedTuple):
 @compiled
 def grow_cap(work, n_work, a, gaps, least):
     """celer's and skglm's growing working set: keep every coordinate of ``work[:n_work]`` that is
-    non-zero, and of the rest the largest gaps, up to max(least, 2 x non-zeros) in all, when that
-    is at most a quarter of all n coordinates (beyond, the growth's extra global passes cost more
-    than they save). Returns the new size (the kept coordinates first, in their order)."""
+    non-zero, and of the rest the largest gaps, up to max(least, 2 x the non-zeros of all of a) in
+    all, when that is at most a quarter of all n coordinates (beyond, the growth's extra global
+    passes cost more than they save). Returns the new size (the kept coordinates first, in their
+    order). The non-zeros are counted over all of a, as celer's 2 ||w||_0: a non-zero whose gap the
+    shrinking cut left out of ``work`` still counts, or the set stays under the support's size."""
     nnz = 0
     for k in range(n_work):
         if a[work[k]] != 0.0:
             nnz += 1
-    size = max(least, 2 * nnz)
+    support = 0
+    for i in range(a.shape[0]):
+        if a[i] != 0.0:
+            support += 1
+    size = max(least, 2 * support)
     if n_work <= size or 4 * size > a.shape[0]:
         return n_work
     zeros = np.empty(n_work - nnz)

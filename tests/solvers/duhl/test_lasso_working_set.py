@@ -31,6 +31,26 @@ def test_grow_cap_keeps_the_non_zeros_and_the_largest_gaps():
     assert grow_cap(work2, n, a, gaps, 300) == n
 
 
+def test_grow_cap_counts_the_non_zeros_the_shrinking_left_out():
+    """celer's 2 ||w||_0 over all of a: 40 non-zeros, of which only 3 still have a gap above the
+    shrinking's cut (in ``work``), make a set of 80 (counting only those 3 made it 10: the set
+    stayed under the support's size, round after round, on a sparse L1 logistic regression)."""
+    n = 1000
+    rng = np.random.default_rng(0)
+    a = np.zeros(n)
+    a[rng.choice(n, 40, replace=False)] = 1.0
+    gaps = rng.random(n)
+    gaps[a != 0] = 0.0
+    inside = np.flatnonzero(a)[:3]
+    gaps[inside] = 0.5
+    work = np.union1d(np.flatnonzero(gaps > 0.2), inside).astype(np.int64)
+    zeros = [i for i in work if a[i] == 0.0]
+    kept = resident_loop.grow_cap(work, work.shape[0], a, gaps, 10)  # (reorders work)
+    chosen = set(work[:kept].tolist())
+    assert kept == 80 and set(inside.tolist()) <= chosen
+    assert chosen - set(inside.tolist()) == set(sorted(zeros, key=lambda i: -gaps[i])[:77])
+
+
 @pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
 def test_growing_working_set_reaches_sklearns_optimum_in_fewer_epochs(sparse, monkeypatch):
     rng = np.random.default_rng(1)
