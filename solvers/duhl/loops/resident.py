@@ -20,7 +20,9 @@ would cost more than its epochs on small problems. One compiled call runs many r
   extrapolation, :mod:`solvers.duhl.accel.anderson`, one order per window of the K + 1 passes it
   extrapolates from, except for those Newton steps); rounds repeat until the working set's own gap
   (|W| dot products: cheap) is at most ``inner`` times the last global gap, then the next global
-  pass certifies;
+  pass certifies. A loss's Newton passes converge a small working set in a few passes, far
+  faster than the round's budget assumes: every NEWTON_PASSES passes its gap is taken, and the
+  round ends once it is SOLVED times that target;
 - covariance updates (the Lasso family, :mod:`solvers.duhl.accel.gram`): once the certificates'
   rate predicts more data work to the tolerance than twice the Gram matrix's cost, the slice
   returns for G = A A^T, and from then on a round's passes keep the working set's dots from G (no
@@ -44,7 +46,7 @@ from solvers.duhl.gaps.schedule import next_pass
 from solvers.duhl.loops import driver
 from solvers.duhl.loops.driver import BUILD_GRAM, CONVERGED, MAX_UPDATES, SLICE_END, write_row
 from solvers.glm.certificates import certificate, rescaled_fy_gap
-from solvers.glm.models import coord_gap, shrink_cut
+from solvers.glm.models import coord_gap, has_loss, shrink_cut
 from solvers.kernels import cpu
 from solvers.kernels.cache import compiled
 from solvers.kernels.layouts import epoch, gaps_of, hessian_steps
@@ -52,6 +54,7 @@ from solvers.kernels.layouts import epoch, gaps_of, hessian_steps
 WS_LEAST = 100  # the Lasso's smallest working set (celer's and skglm's p0 is 10: 100 measured faster)
 INNER = 0.3  # a global pass once the working set's gap is this share of the last global gap
 NEWTON_PASSES = 4  # a round's passes where each is a Newton step from the working set's Hessian: a few converge it
+SOLVED = 0.1  # a loss's round of Newton passes ends at this share of its set's target (at the target: more global passes)
 
 STATE = np.dtype([
     ("updates", np.float64),    # coordinate updates
@@ -76,6 +79,7 @@ class Settings(NamedTuple):
     max_passes: int
     shrinking: bool
     ws_least: int          # > 0: the Lasso's working set grows from that size, from the first round on
+    solved: float          # a loss's round of Newton passes ends at this share of its working set's target (0: never early)
     centred: bool          # an intercept: u moves by its mean too
     g_cost: float          # the Gram matrix's cost (0: never built)
     total_bytes: int       # the data's bytes (loaded once, logically, for the first round)
@@ -379,7 +383,9 @@ def run_resident_slice(D, a, z, off, form, cfg, st, buf, history, iterates, acce
         if newton:
             passes = min(passes, cfg.local_epochs * NEWTON_PASSES)
         extrapolating = passes > 0 and accel.shape[0] > 1 and not newton  # (Newton steps: a fresh order each)
-        for _ in range(passes):
+        solved = False
+        checks = has_loss(theta) and n_work < n and G.shape[0] == 0  # (a check costs the set's dot products)
+        for p in range(passes):
             left = int(cfg.max_updates - st.updates)  # the epoch budget: a last pass cut short
             if left <= 0:
                 break
@@ -388,8 +394,12 @@ def run_resident_slice(D, a, z, off, form, cfg, st, buf, history, iterates, acce
             st.updates += epoch(D, everyone, active[:left], a, z, off, mu, sqnorm, c, theta)
             if extrapolating and left >= n_work:
                 extrapolate(D, active, a, z, off, mu, c, form.b, theta, accel, accel_state)
+            if checks and (p + 1) % NEWTON_PASSES == 0 and p + 1 < passes and cfg.solved > 0 and _working_gap(
+                    D, work[:n_work], a, z, off, form, buf.out_g, buf.out_s, G, dots) <= cfg.solved * st.target:
+                solved = True
+                break
         st.rounds += 1
-        if st.updates >= cfg.max_updates:
+        if st.updates >= cfg.max_updates or solved:
             st.fresh = True
         elif n_work == n:  # no working set: the next global pass when the rate predicts it matters
             st.fresh = st.rounds >= buf.schedule[2]
@@ -426,7 +436,7 @@ def solve_resident(problem, a, z, off, *, local_epochs, max_epochs, max_time, sh
     centred = bool(np.any(problem.mu))
     g_cost = gram_cost(problem) if gram and gram_fits(problem) else 0.0
     cfg = Settings(float(tol_abs), update_budget(max_epochs, n), int(local_epochs), int(max_passes), bool(shrinking),
-                   WS_LEAST, centred, float(g_cost), int(problem.coord_bytes.sum()))
+                   WS_LEAST, float(SOLVED), centred, float(g_cost), int(problem.coord_bytes.sum()))
     st, buf = start(problem, z, off, seed_value)
     history = driver.new_history()
     iterates = np.empty((0, n)) if iterates is None else iterates
