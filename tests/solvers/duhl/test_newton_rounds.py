@@ -20,7 +20,7 @@ def _l1_logistic(X, y, C, w):
 def test_a_solved_working_set_ends_its_round_and_the_optimum_is_liblinears(monkeypatch):
     """A tall sparse L1 logistic regression whose working sets are a few hundred of 4,000
     features: both ways reach liblinear's objective; ending a round at its solved set takes
-    fewer coordinate updates (1.6 epochs with every round's passes; 0.48 ending them)."""
+    less than half the coordinate updates."""
     rng = np.random.default_rng(2)
     X = sp.random(20000, 4000, density=0.002, format="csc", random_state=rng,
                   data_rvs=lambda k: rng.standard_normal(k))
